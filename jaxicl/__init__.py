@@ -1,0 +1,22 @@
+"""jaxicl: training dynamics of in-context-learning models, with exact losses and theorem checks."""
+
+from . import dynamics, losses, models, tasks, theory
+from .dynamics import FlowSolution, gradient_descent, gradient_flow, optax_train
+from .losses import mc_loss, population_loss, register_population_loss
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "dynamics",
+    "losses",
+    "models",
+    "tasks",
+    "theory",
+    "FlowSolution",
+    "gradient_descent",
+    "gradient_flow",
+    "optax_train",
+    "mc_loss",
+    "population_loss",
+    "register_population_loss",
+]

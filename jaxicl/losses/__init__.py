@@ -1,0 +1,18 @@
+"""Population losses: exact closed forms (registered per model/task type) and Monte Carlo."""
+
+from .registry import (
+    NoClosedFormError,
+    has_population_loss,
+    mc_loss,
+    population_loss,
+    register_population_loss,
+)
+from . import lsa_linear  # noqa: F401  (registers LSA × LinearRegression)
+
+__all__ = [
+    "NoClosedFormError",
+    "has_population_loss",
+    "mc_loss",
+    "population_loss",
+    "register_population_loss",
+]

@@ -1,0 +1,108 @@
+"""Population losses: exact closed forms registered per (model type, task type), and Monte Carlo.
+
+    L(θ) = ½ E_P (ŷ(P; θ) − y_query)²        (Zhang et al. eq. 3.8, Ahn et al. eq. 5)
+
+``population_loss`` dispatches on the *types* of the model and the task (walking both MROs), so a
+later module adds a closed form with ``@register_population_loss(MyModel, MyTask)`` without
+editing this file. ``mc_loss`` works for any model with ``predict(prompt)`` and any task with
+``sample(key, batch)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+_REGISTRY: dict[tuple[type, type], Callable] = {}
+
+
+class NoClosedFormError(NotImplementedError):
+    """Raised when no exact population loss exists for a (model, task) pair."""
+
+
+def register_population_loss(model_type: type, task_type: type):
+    """Decorator: register ``fn(model, task) -> scalar`` as the exact loss for these types."""
+
+    def decorator(fn):
+        _REGISTRY[(model_type, task_type)] = fn
+        return fn
+
+    return decorator
+
+
+def _lookup(model, task):
+    for mt in type(model).__mro__:
+        for tt in type(task).__mro__:
+            fn = _REGISTRY.get((mt, tt))
+            if fn is not None:
+                return fn
+    return None
+
+
+def no_closed_form(model, task, why: str = "") -> NoClosedFormError:
+    reason = f" ({why})" if why else ""
+    return NoClosedFormError(
+        f"No exact population loss for {type(model).__name__} on {type(task).__name__}{reason}. "
+        "Use jaxicl.mc_loss(model, task, key=key, batch=100_000) for an unbiased Monte-Carlo "
+        "estimate, or register a closed form with jaxicl.losses.register_population_loss."
+    )
+
+
+def has_population_loss(model, task) -> bool:
+    return _lookup(model, task) is not None
+
+
+def population_loss(model, task) -> Float[Array, ""]:
+    """Exact population loss ½E(ŷ − y_query)² where a closed form is registered.
+
+    Raises :class:`NoClosedFormError` (naming ``mc_loss``) otherwise.
+    """
+    fn = _lookup(model, task)
+    if fn is None:
+        raise no_closed_form(model, task)
+    return fn(model, task)
+
+
+def mc_loss(
+    model,
+    task,
+    key: PRNGKeyArray,
+    batch: int = 100_000,
+    chunk_size: int = 8192,
+    return_stderr: bool = False,
+):
+    """Unbiased Monte-Carlo estimate of ½E(ŷ − y_query)² from ``batch`` fresh prompts.
+
+    Prompts are drawn ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded for
+    any ``batch``. With ``return_stderr=True`` returns ``(mean, standard_error)``.
+    """
+    if batch < 1:
+        raise ValueError(f"mc_loss needs batch >= 1, got {batch}.")
+    chunk = min(int(chunk_size), int(batch))
+    n_chunks = math.ceil(batch / chunk)
+
+    def half_sq_errors(k):
+        prompts = task.sample(k, chunk)
+        pred = jax.vmap(model.predict)(prompts)
+        return 0.5 * (pred - prompts.y_query) ** 2
+
+    def body(carry, inp):
+        k, i = inp
+        e = half_sq_errors(k)
+        valid = (i * chunk + jnp.arange(chunk)) < batch
+        e = jnp.where(valid, e, 0.0)
+        s, s2 = carry
+        return (s + e.sum(), s2 + (e**2).sum()), None
+
+    keys = jax.random.split(key, n_chunks)
+    dtype = jnp.result_type(float)
+    (s, s2), _ = jax.lax.scan(body, (jnp.zeros((), dtype), jnp.zeros((), dtype)), (keys, jnp.arange(n_chunks)))
+    mean = s / batch
+    if not return_stderr:
+        return mean
+    var = jnp.maximum(s2 / batch - mean**2, 0.0) * batch / max(batch - 1, 1)
+    return mean, jnp.sqrt(var / batch)

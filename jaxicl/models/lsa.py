@@ -1,0 +1,101 @@
+"""One-layer linear self-attention (Zhang, Frei & Bartlett, eq. 3.3).
+
+    f_LSA(E; θ) = E + W^PV E (Eᵀ W^KQ E) / ρ,     θ = (W^KQ, W^PV) ∈ R^{(d+1)×(d+1)} × R^{(d+1)×(d+1)},
+
+with ρ = (number of columns of E) − 1 = the prompt length, so a model trained on length-N prompts
+is evaluated on length-M prompts with ρ = M (eq. 4.2). The prediction is the bottom-right entry.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ..tasks.linear_regression import Prompt, embed
+
+
+class LinearSelfAttention(eqx.Module):
+    """LSA layer with full key-query and projection-value matrices (eq. 3.3)."""
+
+    W_kq: Float[Array, "d+1 d+1"]
+    W_pv: Float[Array, "d+1 d+1"]
+
+    def __init__(self, W_kq, W_pv):
+        W_kq, W_pv = jnp.asarray(W_kq), jnp.asarray(W_pv)
+        for name, w in (("W_kq", W_kq), ("W_pv", W_pv)):
+            if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] < 2:
+                raise ValueError(
+                    f"LinearSelfAttention.{name} must be a (d+1, d+1) matrix with d >= 1, "
+                    f"got shape {w.shape}."
+                )
+        if W_kq.shape != W_pv.shape:
+            raise ValueError(f"W_kq {W_kq.shape} and W_pv {W_pv.shape} must have the same shape.")
+        self.W_kq, self.W_pv = W_kq, W_pv
+
+    @property
+    def d(self) -> int:
+        return self.W_kq.shape[-1] - 1
+
+    # --- constructors -----------------------------------------------------------------
+    @classmethod
+    def balanced_init(cls, d: int, sigma: float, key: PRNGKeyArray, dtype=None):
+        """Assumption 3.3: W^PV = σ e_{d+1}e_{d+1}ᵀ, W^KQ = σ diag(ΘΘᵀ, 0), ΘΘᵀ = MMᵀ/‖MMᵀ‖_F."""
+        if int(d) < 1:
+            raise ValueError(f"balanced_init needs d >= 1, got d={d}.")
+        dtype = dtype or jnp.result_type(float)
+        m = jax.random.normal(key, (d, d), dtype)
+        tt = m @ m.T
+        tt = tt / jnp.linalg.norm(tt)
+        W_kq = jnp.zeros((d + 1, d + 1), dtype).at[:d, :d].set(sigma * tt)
+        W_pv = jnp.zeros((d + 1, d + 1), dtype).at[d, d].set(sigma)
+        return cls(W_kq, W_pv)
+
+    @classmethod
+    def random_init(cls, d: int, scale: float, key: PRNGKeyArray, dtype=None):
+        """Generic init: every entry of W^KQ and W^PV iid N(0, scale²)."""
+        if int(d) < 1:
+            raise ValueError(f"random_init needs d >= 1, got d={d}.")
+        dtype = dtype or jnp.result_type(float)
+        k1, k2 = jax.random.split(key)
+        shape = (d + 1, d + 1)
+        return cls(scale * jax.random.normal(k1, shape, dtype), scale * jax.random.normal(k2, shape, dtype))
+
+    @classmethod
+    def from_blocks(cls, K, k_y, b_x, b_y):
+        """The entries that affect the prediction (eq. 3.6): W^KQ[:, :d] = [K; k_yᵀ],
+        W^PV[d, :] = (b_xᵀ, b_y); every other entry zero."""
+        K = jnp.asarray(K)
+        d = K.shape[0]
+        W_kq = jnp.zeros((d + 1, d + 1), K.dtype).at[:d, :d].set(K).at[d, :d].set(k_y)
+        W_pv = jnp.zeros((d + 1, d + 1), K.dtype).at[d, :d].set(b_x).at[d, d].set(b_y)
+        return cls(W_kq, W_pv)
+
+    # --- the parts that matter (eq. 3.6, Lemma 5.1) ----------------------------------------
+    def blocks(self):
+        """(K = W^KQ_11, k_y = w^KQ_21, b_x = w^PV_21, b_y = w^PV_22)."""
+        d = self.d
+        return self.W_kq[:d, :d], self.W_kq[d, :d], self.W_pv[d, :d], self.W_pv[d, d]
+
+    # --- forward -----------------------------------------------------------------------------
+    def __call__(self, E: Float[Array, "d+1 n+1"]) -> Float[Array, "d+1 n+1"]:
+        """f_LSA(E; θ) of eq. (3.3) for one embedded prompt."""
+        if E.ndim != 2 or E.shape[0] != self.d + 1:
+            raise ValueError(
+                f"LinearSelfAttention with d={self.d} expects an embedding of shape "
+                f"({self.d + 1}, n+1), got {E.shape}."
+            )
+        rho = E.shape[1] - 1
+        return E + self.W_pv @ E @ (E.T @ self.W_kq @ E) / rho
+
+    def predict(self, prompt: Prompt) -> Float[Array, ""]:
+        """ŷ_query = [f_LSA(E(P))]_{d+1, n+1}, evaluated in O(n d + d²) as in eq. (3.6)."""
+        if prompt.x.ndim != 2 or prompt.x.shape[-1] != self.d:
+            raise ValueError(
+                f"LinearSelfAttention with d={self.d} got a prompt of width {prompt.x.shape[-1:]} "
+                f"(x has shape {prompt.x.shape}); the prompt's inputs must have d={self.d}."
+            )
+        E = embed(prompt)
+        rho = E.shape[1] - 1
+        return self.W_pv[-1] @ (E @ (E.T @ (self.W_kq @ E[:, -1]))) / rho

@@ -1,0 +1,21 @@
+"""Prompt distributions: covariance priors and in-context regression tasks."""
+
+from .covariance import (
+    CovariancePrior,
+    FixedCovariance,
+    RandomDiagonalCovariance,
+    check_covariance,
+    gauss_rule_two_nodes,
+)
+from .linear_regression import LinearRegression, Prompt, embed
+
+__all__ = [
+    "CovariancePrior",
+    "FixedCovariance",
+    "RandomDiagonalCovariance",
+    "check_covariance",
+    "gauss_rule_two_nodes",
+    "LinearRegression",
+    "Prompt",
+    "embed",
+]

@@ -1,0 +1,120 @@
+"""In-context linear regression prompts (Zhang et al. §3.3, eq. 3.4; Ahn et al. §3; Garg et al.).
+
+A prompt is (x_1, y_1, …, x_N, y_N, x_query) with x_i, x_query ~ N(0, Λ) iid given Λ,
+Λ ~ covariance prior, w ~ N(0, I) ("isotropic") or N(0, Λ⁻¹) ("inverse_covariance"),
+y_i = ⟨w, x_i⟩ + ε_i, ε_i ~ N(0, noise_std²). The query label y_query carries noise too, so
+the loss ½E(ŷ − y_query)² includes the irreducible ½ noise_std².
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .covariance import CovariancePrior, FixedCovariance, _is_concrete
+
+WEIGHTS = ("isotropic", "inverse_covariance")
+
+
+class Prompt(eqx.Module):
+    """One prompt (or a batch of prompts when every leaf has a leading batch axis)."""
+
+    x: Float[Array, "n d"]
+    y: Float[Array, " n"]
+    x_query: Float[Array, " d"]
+    y_query: Float[Array, ""]
+
+    @property
+    def n_context(self) -> int:
+        return self.x.shape[-2]
+
+    @property
+    def d(self) -> int:
+        return self.x.shape[-1]
+
+
+def embed(prompt: Prompt) -> Float[Array, "d+1 n+1"]:
+    """Embedding E(P) of eq. (3.4): columns (x_i, y_i), last column (x_query, 0)."""
+    top = jnp.concatenate([prompt.x, prompt.x_query[None, :]], axis=0).T
+    bottom = jnp.concatenate([prompt.y, jnp.zeros((1,), prompt.y.dtype)])[None, :]
+    return jnp.concatenate([top, bottom], axis=0)
+
+
+class LinearRegression(eqx.Module):
+    """Prompt distribution for in-context linear regression.
+
+    Args:
+        d: input dimension.
+        n_context: number of in-context examples N (test prompts: use ``with_context(M)``).
+        covariance: a :class:`CovariancePrior` (``FixedCovariance(Λ)`` or a random prior).
+        weights: ``"isotropic"`` (w ~ N(0, I)) or ``"inverse_covariance"`` (w ~ N(0, Λ⁻¹)).
+        noise_std: label-noise standard deviation (an array leaf: sweepable, differentiable).
+    """
+
+    d: int = eqx.field(static=True)
+    n_context: int = eqx.field(static=True)
+    covariance: CovariancePrior
+    weights: str = eqx.field(static=True)
+    noise_std: Float[Array, ""]
+
+    def __init__(
+        self,
+        d: int,
+        n_context: int,
+        covariance: CovariancePrior | Array | None = None,
+        weights: Literal["isotropic", "inverse_covariance"] = "isotropic",
+        noise_std=0.0,
+    ):
+        if int(d) < 1:
+            raise ValueError(f"LinearRegression needs d >= 1, got d={d}.")
+        if int(n_context) < 1:
+            raise ValueError(f"LinearRegression needs n_context (N) >= 1, got {n_context}.")
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}.")
+        if covariance is None:
+            covariance = FixedCovariance(jnp.eye(int(d)))
+        elif not isinstance(covariance, CovariancePrior):
+            covariance = FixedCovariance(covariance)
+        if covariance.d != int(d):
+            raise ValueError(
+                f"covariance is {covariance.d}-dimensional but the task has d={d}."
+            )
+        noise_std = jnp.asarray(noise_std, dtype=float)
+        if _is_concrete(noise_std) and not float(noise_std) >= 0:
+            raise ValueError(f"noise_std must be >= 0, got {float(noise_std)}.")
+        self.d = int(d)
+        self.n_context = int(n_context)
+        self.covariance = covariance
+        self.weights = weights
+        self.noise_std = noise_std
+
+    def with_context(self, n_context: int) -> "LinearRegression":
+        """The same distribution with prompts of another length (test prompts of length M)."""
+        return LinearRegression(self.d, n_context, self.covariance, self.weights, self.noise_std)
+
+    def sample_with_weights(self, key: PRNGKeyArray) -> tuple[Prompt, Float[Array, " d"]]:
+        """One prompt and the task vector w that generated it (for diagnostics and shifts)."""
+        k_lam, k_w, k_x, k_eps = jax.random.split(key, 4)
+        lam = self.covariance.sample(k_lam)
+        chol = jnp.linalg.cholesky(lam)
+        dtype = lam.dtype
+        z = jax.random.normal(k_w, (self.d,), dtype)
+        if self.weights == "isotropic":
+            w = z
+        else:  # w ~ N(0, Λ⁻¹): w = L⁻ᵀ z with Λ = L Lᵀ
+            w = jax.scipy.linalg.solve_triangular(chol, z, lower=True, trans="T")
+        xs = jax.random.normal(k_x, (self.n_context + 1, self.d), dtype) @ chol.T
+        eps = self.noise_std.astype(dtype) * jax.random.normal(k_eps, (self.n_context + 1,), dtype)
+        ys = xs @ w + eps
+        return Prompt(x=xs[:-1], y=ys[:-1], x_query=xs[-1], y_query=ys[-1]), w
+
+    def sample_one(self, key: PRNGKeyArray) -> Prompt:
+        return self.sample_with_weights(key)[0]
+
+    def sample(self, key: PRNGKeyArray, batch: int) -> Prompt:
+        """``batch`` iid prompts (each leaf has a leading batch axis)."""
+        return jax.vmap(self.sample_one)(jax.random.split(key, batch))
