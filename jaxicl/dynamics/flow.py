@@ -164,7 +164,7 @@ def gradient_flow(
         num_grad_evals=sol.stats["num_steps"] * _stages(solver),
         stopped_at_steady_state=steady,
     )
-    return _raise_if_diverged(out, bad_state | failed, final_norm, final_loss, sol.result)
+    return _raise_if_diverged(out, bad_state | failed, final_norm, final_loss, sol.result, divergence_threshold)
 
 
 def _stages(solver) -> int:
@@ -175,7 +175,7 @@ def _stages(solver) -> int:
     return tableau.num_stages - (1 if tableau.fsal else 0)
 
 
-def _raise_if_diverged(out: FlowSolution, bad, final_norm, final_loss, result):
+def _raise_if_diverged(out: FlowSolution, bad, final_norm, final_loss, result, divergence_threshold):
     if isinstance(bad, jax.core.Tracer):
         return eqx.error_if(
             out,
@@ -185,13 +185,15 @@ def _raise_if_diverged(out: FlowSolution, bad, final_norm, final_loss, result):
         )
     if bool(np.any(np.asarray(bad))):
         t = float(np.max(np.asarray(out.t_final)))
-        if not np.all(np.isfinite(np.asarray(final_loss))):
-            what = f"loss = {np.asarray(final_loss)}"
-        else:
-            what = f"‖θ‖ = {np.asarray(final_norm)}"
+        loss, norm = np.asarray(final_loss), np.asarray(final_norm)
+        if np.all(np.isfinite(loss)) and np.all(np.isfinite(norm)) and np.all(norm <= divergence_threshold):
+            raise RuntimeError(
+                f"gradient flow stopped at t = {t:.6g} before t1 (diffrax: {result}). For stiff flows "
+                "use solver='kvaerno5', or raise max_steps / loosen rtol."
+            )
+        what = f"loss = {loss}" if not np.all(np.isfinite(loss)) else f"‖θ‖ = {norm}"
         raise FloatingPointError(
-            f"gradient flow diverged or failed at t = {t:.6g}: {what} (diffrax result: {result}). "
-            "Reduce the "
-            "initialization scale, tighten rtol/atol, or try solver='kvaerno5'."
+            f"gradient flow diverged at t = {t:.6g}: {what}. Reduce the initialization scale or the "
+            "time horizon; the loss has no finite minimizer along this trajectory."
         )
     return out

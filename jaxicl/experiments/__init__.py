@@ -1,0 +1,43 @@
+"""Reproductions: one module per paper, each with ``run(size, out) -> PaperResult``."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+from .report import Check, PaperResult, atomic_write_text, render_markdown
+
+# name -> (module, one-line description); later issues add their papers here.
+REPRODUCTIONS = {
+    "zhang2023": ("jaxicl.experiments.zhang2023", "Zhang, Frei & Bartlett: one-layer LSA trained by gradient flow"),
+}
+
+
+def available() -> list[str]:
+    return list(REPRODUCTIONS)
+
+
+def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False) -> list[PaperResult]:
+    """Run reproductions and write ``out/report.md`` with checks tables, figures and data."""
+    names = list(names) if names else available()
+    unknown = [n for n in names if n not in REPRODUCTIONS]
+    if unknown:
+        raise ValueError(f"unknown reproduction(s) {unknown}; available: {available()} (see `jaxicl list`).")
+    if size not in ("quick", "full"):
+        raise ValueError(f"size must be 'quick' or 'full', got {size!r}.")
+    out = Path(out)
+    results = []
+    for name in names:
+        module = importlib.import_module(REPRODUCTIONS[name][0])
+        t0 = time.perf_counter()
+        print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
+        res = module.run(size=size, out=out, progress=progress)
+        print(f"[jaxicl] {name}: {sum(c.passed is True for c in res.checks)}/{sum(c.passed is not None for c in res.checks)} "
+              f"checks passed in {time.perf_counter() - t0:.1f} s", flush=True)
+        results.append(res)
+        atomic_write_text(out / "report.md", render_markdown(results))  # keep finished papers if interrupted
+    return results
+
+
+__all__ = ["Check", "PaperResult", "REPRODUCTIONS", "available", "reproduce"]

@@ -1,0 +1,103 @@
+"""Checks tables, figures and data files of a reproduction, and the markdown report that links them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Check:
+    """One claim of a paper compared with simulation.
+
+    ``passed`` is ``None`` for claims the paper leaves open (reported, not asserted).
+    """
+
+    claim: str
+    predicted: str
+    simulated: str
+    tolerance: str
+    passed: bool | None
+
+    @property
+    def status(self) -> str:
+        return {True: "pass", False: "**FAIL**", None: "report"}[self.passed]
+
+
+@dataclasses.dataclass
+class PaperResult:
+    name: str
+    title: str
+    size: str
+    checks: list[Check]
+    figures: list[str]  # paths relative to the output directory
+    data: list[str]
+    seconds: float = 0.0
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+
+def fmt(x, digits: int = 4) -> str:
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return f"{float(x):.{digits}g}"
+    return "[" + ", ".join(f"{float(v):.{digits}g}" for v in x.ravel()) + "]"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def save_dataset(ds, path: Path) -> None:
+    """Write an ``xarray.Dataset`` as netCDF, atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".nc")
+    os.close(fd)
+    ds.to_netcdf(tmp, engine="h5netcdf")
+    os.replace(tmp, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def render_markdown(results: list[PaperResult]) -> str:
+    lines = ["# jaxicl reproduction report", ""]
+    total = sum(len(r.checks) for r in results)
+    failed = sum(c.passed is False for r in results for c in r.checks)
+    lines += [f"{total} checks, {failed} failed.", ""]
+    for r in results:
+        lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s.", ""]
+        lines += ["| claim | predicted | simulated | tolerance | result |", "|---|---|---|---|---|"]
+        for c in r.checks:
+            cells = [c.claim, c.predicted, c.simulated, c.tolerance, c.status]
+            lines.append("| " + " | ".join(s.replace("|", "\\|") for s in cells) + " |")
+        lines.append("")
+        for note in r.notes:
+            lines += [note, ""]
+        for fig in r.figures:
+            lines += [f"![{Path(fig).stem}]({fig})", ""]
+        if r.data:
+            lines += ["Data (netCDF): " + ", ".join(f"[{Path(d).name}]({d})" for d in r.data), ""]
+    return "\n".join(lines)
