@@ -16,6 +16,29 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ..tasks.linear_regression import Prompt, embed
 
 
+def _warn_if_sigma_too_large(sigma, task) -> None:
+    import warnings
+
+    from ..tasks.covariance import FixedCovariance
+
+    if not isinstance(task.covariance, FixedCovariance):
+        return
+    lam = task.covariance.matrix
+    if isinstance(lam, jax.core.Tracer):
+        return
+    n = task.n_context
+    d = lam.shape[0]
+    gam = (1 + 1 / n) * lam + jnp.trace(lam) / n * jnp.eye(d, dtype=lam.dtype)
+    lhs = float(sigma) ** 2 * float(jnp.linalg.norm(gam, 2)) * d**0.5
+    if lhs >= 2:
+        warnings.warn(
+            f"σ = {sigma} violates Thm 4.1's condition σ²‖Γ‖_op√d < 2 (got {lhs:.3g}); gradient flow "
+            "runs, but the convergence guarantee (and the PL constant μ > 0) does not apply.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 class LinearSelfAttention(eqx.Module):
     """LSA layer with full key-query and projection-value matrices (eq. 3.3)."""
 
@@ -40,10 +63,16 @@ class LinearSelfAttention(eqx.Module):
 
     # --- constructors -----------------------------------------------------------------
     @classmethod
-    def balanced_init(cls, d: int, sigma: float, key: PRNGKeyArray, dtype=None):
-        """Assumption 3.3: W^PV = σ e_{d+1}e_{d+1}ᵀ, W^KQ = σ diag(ΘΘᵀ, 0), ΘΘᵀ = MMᵀ/‖MMᵀ‖_F."""
+    def balanced_init(cls, d: int, sigma: float, key: PRNGKeyArray, dtype=None, task=None):
+        """Assumption 3.3: W^PV = σ e_{d+1}e_{d+1}ᵀ, W^KQ = σ diag(ΘΘᵀ, 0), ΘΘᵀ = MMᵀ/‖MMᵀ‖_F.
+
+        With ``task`` (a ``LinearRegression`` with a fixed covariance), warns when σ violates
+        Thm 4.1's condition σ²‖Γ‖_op√d < 2; the model is returned either way.
+        """
         if int(d) < 1:
             raise ValueError(f"balanced_init needs d >= 1, got d={d}.")
+        if task is not None:
+            _warn_if_sigma_too_large(sigma, task)
         dtype = dtype or jnp.result_type(float)
         m = jax.random.normal(key, (d, d), dtype)
         tt = m @ m.T
