@@ -83,9 +83,11 @@ def test_implicit_solver_agrees_and_steady_state_event_stops_early():
     b = icl.gradient_flow(loss, m0, 200.0, solver="kvaerno5", rtol=1e-10, atol=1e-12)
     assert jnp.allclose(a.losses, b.losses, rtol=1e-6, atol=1e-10)
     c = icl.gradient_flow(loss, m0, 1e4, steady_state_tol=1e-6)
-    assert bool(c.stopped_at_steady_state) and c.t_final < 1e4
+    assert bool(c.stopped_by_event) and c.t_final < 1e4
     assert c.grad_norms[-1] < 1e-6  # saves after the stop repeat the final state
-    assert not bool(a.stopped_at_steady_state)
+    assert not bool(a.stopped_by_event)
+    d = icl.gradient_flow(loss, m0, 1e4, stop_when=lambda m: m.W_pv[2, 2] > 0.9 * c.final.W_pv[2, 2])
+    assert bool(d.stopped_by_event) and d.t_final < c.t_final
 
 
 def test_diverging_flow_raises_with_time_and_quantity():

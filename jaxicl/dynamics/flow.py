@@ -34,6 +34,7 @@ class FlowSolution(eqx.Module):
         final: parameters at the end of the solve (``t1`` or the steady-state event).
         t_final: time at which the solve stopped.
         num_steps: accepted solver steps; ``num_grad_evals``: vector-field evaluations.
+        stopped_by_event: True when ``steady_state_tol`` or ``stop_when`` ended the solve.
     """
 
     ts: Float[Array, " T"]
@@ -44,7 +45,7 @@ class FlowSolution(eqx.Module):
     t_final: Float[Array, ""]
     num_steps: Array
     num_grad_evals: Array
-    stopped_at_steady_state: Array
+    stopped_by_event: Array
 
 
 def log_time_grid(t1: float, n: int = 100, t_min_ratio: float = 1e-6) -> np.ndarray:
@@ -72,6 +73,7 @@ def gradient_flow(
     dt0: float | None = None,
     max_steps: int = 200_000,
     steady_state_tol: float | None = None,
+    stop_when: Callable[[PyTree], Array] | None = None,
     divergence_threshold: float = 1e8,
     progress: bool = False,
     adjoint: diffrax.AbstractAdjoint | None = None,
@@ -88,6 +90,7 @@ def gradient_flow(
             (implicit, for stiff flows) or any diffrax solver.
         rtol, atol: tolerances of the PID step-size controller.
         steady_state_tol: stop early when ‖∇L‖ falls below this value (a diffrax ``Event``).
+        stop_when: stop early when ``stop_when(params)`` is True (e.g. a distance to a target).
         divergence_threshold: stop and raise when ‖θ‖ exceeds it or the state becomes non-finite.
         progress: show a tqdm progress meter over [0, t1].
 
@@ -119,10 +122,12 @@ def gradient_flow(
 
     def cond_fn(t, y, args, **kwargs):
         norm = _tree_norm(y)
-        diverged = ~jnp.isfinite(norm) | (norm > divergence_threshold)
-        if steady_state_tol is None:
-            return diverged
-        return diverged | (_tree_norm(grad_of(y)) < steady_state_tol)
+        stop = ~jnp.isfinite(norm) | (norm > divergence_threshold)
+        if steady_state_tol is not None:
+            stop = stop | (_tree_norm(grad_of(y)) < steady_state_tol)
+        if stop_when is not None:
+            stop = stop | stop_when(eqx.combine(y, static))
+        return stop
 
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(vector_field),
@@ -165,7 +170,7 @@ def gradient_flow(
         t_final=t_final,
         num_steps=sol.stats["num_accepted_steps"],
         num_grad_evals=sol.stats["num_steps"] * _stages(solver),
-        stopped_at_steady_state=steady,
+        stopped_by_event=steady,
     )
     return _raise_if_diverged(out, bad_state, failed & ~bad_state, final_loss, final_norm, sol.result)
 

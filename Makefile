@@ -1,0 +1,30 @@
+# Two entry points (see README): `make reproduce` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+OUT ?= jaxicl-report
+
+.PHONY: reproduce test test-slow bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick size -> $(OUT)/report.md
+	$(BIN)/jaxicl reproduce --quick --out $(OUT)
+
+test: $(VENV)/.installed  ## install, then run the default test suite (slow reproductions deselected)
+	$(BIN)/python -m pytest -n 2 -q
+
+test-slow: $(VENV)/.installed  ## paper-size reproductions
+	$(BIN)/python -m pytest -m slow -q
+
+bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/README.md)
+	$(BIN)/python benchmarks/bench_flow.py
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache
