@@ -1,4 +1,4 @@
-"""Command line: ``jaxicl list`` and ``jaxicl reproduce [NAME ...] [--quick|--full] [--out DIR]``."""
+"""Command line: ``jaxicl list``, ``jaxicl reproduce [NAME ...] [--quick|--full] [--out DIR]``, ``jaxicl sweep CONFIG``."""
 
 from __future__ import annotations
 
@@ -35,6 +35,22 @@ def _cmd_reproduce(args) -> int:
     return 1 if failed else 0
 
 
+def _cmd_sweep(args) -> int:
+    from .sweep import SweepConfigError
+    from .sweep_config import ConfigError, load_config, run_config
+
+    try:
+        cfg = load_config(args.config)
+        ds = run_config(cfg, progress=args.progress or None)
+    except (ConfigError, SweepConfigError) as e:
+        print(f"jaxicl sweep: {e}", file=sys.stderr)
+        return 2
+    out = Path(cfg["outputs"]["dir"])
+    print(ds)
+    print(f"[jaxicl] wrote {out / 'dataset.nc'} and {out / 'plot.png'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxicl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="jaxicl-report", help="output directory (default: ./jaxicl-report)")
     p.add_argument("--progress", action="store_true", help="print per-stage timings and solver progress")
     p.set_defaults(func=_cmd_reproduce)
+    p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config)")
+    p.add_argument("config", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
+    p.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")
+    p.set_defaults(func=_cmd_sweep)
     return parser
 
 

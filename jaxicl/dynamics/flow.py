@@ -33,7 +33,8 @@ class FlowSolution(eqx.Module):
         grad_norms: ‖∇L(θ(t))‖ at ``ts``.
         final: parameters at the end of the solve (``t1`` or the steady-state event).
         t_final: time at which the solve stopped.
-        num_steps: accepted solver steps; ``num_grad_evals``: vector-field evaluations.
+        num_steps: accepted solver steps; ``num_grad_evals``: vector-field evaluations (steps × fresh
+            Runge–Kutta stages; a lower bound for implicit solvers, whose Newton iterations add more).
         stopped_by_event: True when ``steady_state_tol`` or ``stop_when`` ended the solve.
     """
 
@@ -84,7 +85,7 @@ def gradient_flow(
         loss_fn: scalar loss of the parameter pytree (e.g. ``lambda m: population_loss(m, task)``).
         params: initial parameters (any pytree, e.g. an ``eqx.Module``); only inexact-array leaves
             are integrated, everything else is held fixed.
-        t1: final time. ``ts`` (default: 0 and ``n_save − 1`` log-spaced times up to t1) is the
+        t1: final time (a Python float: it fixes the solver's horizon). ``ts`` (default: 0 and ``n_save − 1`` log-spaced times up to t1) is the
             output grid.
         solver: ``"tsit5"`` (explicit, default), ``"dopri5"``, ``"dopri8"``, ``"kvaerno5"``
             (implicit, for stiff flows) or any diffrax solver.

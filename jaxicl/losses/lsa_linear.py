@@ -67,6 +67,16 @@ def lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2):
     return 0.5 * (s2 + var_g / N + EpLp + 2 * Epz / N + EQ2)
 
 
+def lsa_population_loss(model: LinearSelfAttention, covariance, n_context, noise_std=0.0, weights="isotropic"):
+    """Exact loss of ``model`` for x ~ N(0, Λ) with Λ = ``covariance`` (a matrix), prompt length
+    ``n_context`` and label noise ``noise_std``. Every argument but ``weights`` may be traced, so a
+    sweep over N, Λ or the noise compiles once."""
+    K, k, bx, by = model.blocks()
+    Lam = jnp.asarray(covariance, K.dtype)
+    Om = jnp.eye(K.shape[0], dtype=K.dtype) if weights == "isotropic" else jnp.linalg.inv(Lam)
+    return lsa_loss_gaussian(K, k, bx, by, Lam, Om, n_context, jnp.asarray(noise_std) ** 2)
+
+
 def _blocks_and_noise(model: LinearSelfAttention, task: LinearRegression):
     if model.d != task.d:
         raise ValueError(f"model has d={model.d} but the task has d={task.d}.")
@@ -81,9 +91,7 @@ def lsa_linear_regression_loss(model: LinearSelfAttention, task: LinearRegressio
     N = task.n_context
     cov = task.covariance
     if isinstance(cov, FixedCovariance):
-        Lam = cov.matrix.astype(K.dtype)
-        Om = jnp.eye(task.d, dtype=K.dtype) if task.weights == "isotropic" else jnp.linalg.inv(Lam)
-        return lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2)
+        return lsa_population_loss(model, cov.matrix, N, task.noise_std, task.weights)
     if isinstance(cov, RandomDiagonalCovariance):
         if task.weights != "isotropic":
             raise no_closed_form(

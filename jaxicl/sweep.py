@@ -1,0 +1,269 @@
+"""Sweeps: a grid of points evaluated as one compiled, vmapped program, sharded over devices.
+
+    ds = jaxicl.sweep(run_fn, {"kappa": [2., 4., 8.], "depth": range(1, 11), "seed": range(3)})
+
+The cartesian product of the axes is flattened and evaluated ``chunk_size`` points at a time by
+``jit(vmap(run_fn))`` with the points sharded over a 1-D mesh of ``devices`` (default: every
+device of every process, so the same code runs under ``jax.distributed``). Every chunk has the same
+shape (the last one is padded), so the whole grid is **one** compilation; axes that would change
+array shapes (depth, loop count, heads, context length) must be handled inside ``run_fn`` by padding
+to the largest value and masking, with the value arriving as a traced integer.
+
+With ``out=DIR`` every finished chunk is written atomically (``chunk_XXXXX.npz``) next to a
+``config.json`` fingerprint; running the same sweep again loads finished chunks and computes only
+the rest, so an interrupted sweep loses no finished work. A different grid, chunk size, function or
+``meta`` under the same ``out`` is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["sweep", "flatten_grid", "SweepConfigError"]
+
+
+class SweepConfigError(ValueError):
+    """The grid or the output directory does not match what the sweep needs."""
+
+
+def _axis_values(name, values) -> np.ndarray:
+    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values)
+    if arr.ndim != 1:
+        raise SweepConfigError(f"grid axis {name!r} must be a 1-D list of values, got shape {arr.shape}.")
+    if arr.size == 0:
+        raise SweepConfigError(f"grid axis {name!r} is empty.")
+    if arr.dtype.kind not in "biuf":
+        raise SweepConfigError(f"grid axis {name!r} must hold numbers, got dtype {arr.dtype}.")
+    if arr.dtype.kind == "b":
+        arr = arr.astype(np.int32)
+    return arr
+
+
+def flatten_grid(grid: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(axes, points): each axis's values, and each axis's value at every point of the product
+    (C order: the last axis varies fastest)."""
+    if not grid:
+        raise SweepConfigError("the grid has no axes.")
+    axes = {name: _axis_values(name, vals) for name, vals in grid.items()}
+    idx = np.meshgrid(*[np.arange(v.size) for v in axes.values()], indexing="ij")
+    points = {name: vals[i.reshape(-1)] for (name, vals), i in zip(axes.items(), idx)}
+    return axes, points
+
+
+def _code_digest(code, h=None):
+    """Hash of a function's bytecode and constants, nested code objects included (their repr
+    holds a memory address, so they are hashed recursively rather than printed)."""
+    h = h or hashlib.sha256()
+    h.update(code.co_code)
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _code_digest(const, h)
+        else:
+            h.update(repr(const).encode())
+    return h
+
+
+def _fingerprint(run_fn, axes, chunk_size, meta) -> dict:
+    code = getattr(run_fn, "__code__", None)
+    code_hash = _code_digest(code).hexdigest()[:16] if code else None
+    return {
+        "function": getattr(run_fn, "__qualname__", repr(run_fn)),
+        "function_code": code_hash,
+        "grid": {k: v.tolist() for k, v in axes.items()},
+        "chunk_size": int(chunk_size),
+        "meta": meta,
+    }
+
+
+def _atomic_savez(path: Path, **arrays) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
+    os.close(fd)
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _prepare_out(out: Path, fingerprint: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "config.json"
+    if cfg.exists():
+        old = json.loads(cfg.read_text())
+        if old != json.loads(json.dumps(fingerprint)):
+            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != json.loads(json.dumps(fingerprint)).get(k))
+            raise SweepConfigError(
+                f"{out} holds a different sweep (differs in: {', '.join(diff)}). Use another `out` "
+                "directory, or delete this one to start over."
+            )
+    else:
+        _atomic_write(cfg, json.dumps(fingerprint, indent=1))
+
+
+def _leaf_names(tree) -> list[str]:
+    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+    names = []
+    for path, _ in paths:
+        parts = []
+        for p in path:
+            key = getattr(p, "key", getattr(p, "name", getattr(p, "idx", None)))
+            parts.append(str(key))
+        names.append("/".join(parts) if parts else "output")
+    return names
+
+
+def sweep(
+    run_fn: Callable[..., Any],
+    grid: Mapping[str, Any],
+    *,
+    chunk_size: int | None = None,
+    out: str | os.PathLike | None = None,
+    devices=None,
+    key: jax.Array | None = None,
+    meta: Mapping[str, Any] | None = None,
+    output_dims: Mapping[str, tuple[str, ...]] | None = None,
+    output_coords: Mapping[str, Any] | None = None,
+    progress: bool | None = None,
+):
+    """Evaluate ``run_fn(**point)`` at every point of ``grid``; return an ``xarray.Dataset``.
+
+    Args:
+        run_fn: a function of one point, with one keyword argument per grid axis (values arrive as
+            traced scalars: float for real axes, int32 for integer axes). If it also takes ``key``,
+            it receives ``fold_in(key, seed)`` (``seed`` must then be an axis). Returns a pytree of
+            arrays (a dict gives named variables).
+        grid: axis name → 1-D list of numbers.
+        chunk_size: points per compiled call (default: up to 1024, a multiple of the device count).
+        out: directory for resumable chunk files (see module docstring).
+        devices: devices of the 1-D mesh (default ``jax.devices()``: all processes' devices).
+        key: base PRNG key for ``key``-taking run functions (default ``PRNGKey(0)``).
+        meta: JSON-serialisable description of anything ``run_fn`` captures (task, dynamics): it is
+            part of the fingerprint that guards ``out`` and lands in the dataset's attrs.
+        output_dims: variable name → names of its own dimensions (default ``{name}_0``, …).
+        output_coords: coordinates for those dimensions.
+        progress: tqdm bar over points (default: when stderr is a terminal).
+    """
+    import xarray as xr
+
+    from . import __version__
+
+    axes, points = flatten_grid(grid)
+    n_points = next(iter(points.values())).size
+    devices = list(devices) if devices is not None else jax.devices()
+    n_dev = len(devices)
+    if chunk_size is None:
+        chunk_size = min(1024, -(-n_points // n_dev) * n_dev)
+    if chunk_size < 1:
+        raise SweepConfigError(f"chunk_size must be >= 1, got {chunk_size}.")
+    chunk_size = -(-int(chunk_size) // n_dev) * n_dev  # a multiple of the device count
+    n_chunks = -(-n_points // chunk_size)
+
+    params = inspect.signature(run_fn).parameters
+    takes_key = "key" in params
+    missing = [a for a in axes if a not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values())]
+    if missing:
+        raise SweepConfigError(f"run_fn has no argument for grid axis(es) {missing}.")
+    if takes_key and "seed" not in axes:
+        raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
+    base_key = jax.random.PRNGKey(0) if key is None else key
+
+    def one_point(point):
+        kwargs = dict(point)
+        if takes_key:
+            kwargs["key"] = jax.random.fold_in(base_key, point["seed"])
+        return run_fn(**kwargs)
+
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("points",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))
+    batched = jax.jit(jax.vmap(one_point), in_shardings=(sharding,), out_shardings=sharding)
+
+    def as_jax_dtype(v):
+        return v.astype(np.int32) if v.dtype.kind in "iu" else v.astype(jnp.result_type(float))
+
+    def chunk_inputs(c):
+        lo = c * chunk_size
+        idx = np.minimum(np.arange(lo, lo + chunk_size), n_points - 1)  # pad by repeating the last point
+        local = {k: as_jax_dtype(v[idx]) for k, v in points.items()}
+        return {
+            k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
+            for k, v in local.items()
+        }
+
+    def gather(tree):
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            tree = multihost_utils.process_allgather(tree, tiled=True)
+        return jax.tree_util.tree_map(np.asarray, tree)
+
+    out_dir = Path(out) if out is not None else None
+    fingerprint = _fingerprint(run_fn, axes, chunk_size, meta)
+    if out_dir is not None and jax.process_index() == 0:
+        _prepare_out(out_dir, fingerprint)
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_points, unit="pt", desc="sweep", smoothing=0.1)
+
+    results, names = [], None
+    for c in range(n_chunks):
+        path = out_dir / f"chunk_{c:05d}.npz" if out_dir is not None else None
+        if path is not None and path.exists():
+            with np.load(path) as f:
+                leaves = [f[f"leaf_{i}"] for i in range(len(f.files) - 1)]
+                chunk_names = json.loads(str(f["names"]))
+        else:
+            tree = gather(batched(chunk_inputs(c)))
+            leaves, treedef = jax.tree_util.tree_flatten(tree)
+            chunk_names = _leaf_names(tree)
+            if path is not None and jax.process_index() == 0:
+                _atomic_savez(path, names=json.dumps(chunk_names), **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)})
+        names = names or chunk_names
+        results.append(leaves)
+        if bar is not None:
+            bar.update(min(chunk_size, n_points - c * chunk_size))
+    if bar is not None:
+        bar.close()
+
+    stacked = [np.concatenate([r[i] for r in results])[:n_points] for i in range(len(names))]
+    shape = tuple(v.size for v in axes.values())
+    output_dims = dict(output_dims or {})
+    data_vars = {}
+    for name, arr in zip(names, stacked):
+        arr = arr.reshape(shape + arr.shape[1:])
+        extra = tuple(output_dims.get(name, tuple(f"{name}_{i}" for i in range(arr.ndim - len(shape)))))
+        if len(extra) != arr.ndim - len(shape):
+            raise SweepConfigError(f"output_dims[{name!r}] = {extra} but the output has {arr.ndim - len(shape)} own dims.")
+        data_vars[name] = (tuple(axes) + extra, arr)
+    attrs = {
+        "config": json.dumps(fingerprint),
+        "jaxicl_version": __version__,
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "device_count": n_dev,
+        "process_count": jax.process_count(),
+        "chunk_size": chunk_size,
+        "n_chunks": n_chunks,
+    }
+    return xr.Dataset(data_vars, coords={**{k: v for k, v in axes.items()}, **dict(output_coords or {})}, attrs=attrs)

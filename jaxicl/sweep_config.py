@@ -1,0 +1,154 @@
+"""``jaxicl sweep CONFIG.toml``: a sweep described in a file.
+
+Example (every key shown; ``[grid]`` axes override the scalar of the same name)::
+
+    [task]                 # in-context linear regression, Λ with geometric spectrum 1 … κ
+    d = 5
+    kappa = 4.0
+    n_context = 20
+
+    [model]                # one-layer LSA, balanced init (Zhang et al. Assumption 3.3)
+    sigma = "auto"         # or a number; "auto": σ²‖Γ‖√d = 1
+
+    [dynamics]             # gradient flow (diffrax Tsit5)
+    t1 = 5000.0
+    rtol = 1e-8
+    atol = 1e-10
+    n_save = 40
+
+    [grid]                 # any of: kappa, n_context, seed
+    kappa = [1.0, 4.0, 16.0]
+    n_context = [5, 10, 20]
+    seed = [0, 1]
+
+    [outputs]
+    dir = "sweep-out"      # dataset.nc, plot.png and resumable chunks/
+    chunk_size = 16
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+SCHEMA = {
+    "task": {"d": int, "kappa": float, "n_context": int},
+    "model": {"sigma": (float, str)},
+    "dynamics": {"t1": float, "rtol": float, "atol": float, "n_save": int},
+    "grid": {"kappa": list, "n_context": list, "seed": list},
+    "outputs": {"dir": str, "chunk_size": int},
+}
+DEFAULTS = {
+    "task": {"d": 5, "kappa": 4.0, "n_context": 20},
+    "model": {"sigma": "auto"},
+    "dynamics": {"t1": 5000.0, "rtol": 1e-8, "atol": 1e-10, "n_save": 40},
+    "grid": {},
+    "outputs": {"dir": "sweep-out", "chunk_size": 64},
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _check_type(where: str, value, typ):
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if float in types and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in types)
+        raise ConfigError(f"{where} must be {names}, got {type(value).__name__} {value!r}.")
+    return value
+
+
+def load_config(path) -> dict:
+    """Parse and validate a sweep TOML file; errors name the offending key."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist.") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    cfg = {}
+    for section, value in raw.items():
+        if section not in SCHEMA:
+            raise ConfigError(f"unknown section [{section}]; allowed: {', '.join(SCHEMA)}.")
+        if not isinstance(value, dict):
+            raise ConfigError(f"[{section}] must be a table.")
+    for section, fields in SCHEMA.items():
+        given = raw.get(section, {})
+        cfg[section] = dict(DEFAULTS[section])
+        for key, value in given.items():
+            if key not in fields:
+                raise ConfigError(f"unknown key {section}.{key}; allowed: {', '.join(fields)}.")
+            cfg[section][key] = _check_type(f"{section}.{key}", value, fields[key])
+    if not cfg["grid"]:
+        raise ConfigError("[grid] needs at least one axis (kappa, n_context or seed).")
+    for axis, values in cfg["grid"].items():
+        if not values:
+            raise ConfigError(f"grid.{axis} is empty.")
+        want = int if axis in ("n_context", "seed") else float
+        cfg["grid"][axis] = [_check_type(f"grid.{axis}[{i}]", v, want) for i, v in enumerate(values)]
+    sigma = cfg["model"]["sigma"]
+    if isinstance(sigma, str) and sigma != "auto":
+        raise ConfigError(f'model.sigma must be a number or "auto", got {sigma!r}.')
+    if cfg["task"]["d"] < 1:
+        raise ConfigError("task.d must be >= 1.")
+    if any(n < 1 for n in cfg["grid"].get("n_context", [cfg["task"]["n_context"]])):
+        raise ConfigError("n_context values must be >= 1.")
+    if any(k < 1 for k in cfg["grid"].get("kappa", [cfg["task"]["kappa"]])):
+        raise ConfigError("kappa values must be >= 1 (a condition number).")
+    return cfg
+
+
+def run_config(cfg: dict, progress: bool | None = None):
+    """Run the sweep of a validated config; writes dataset.nc and plot.png; returns the dataset."""
+    import jax
+
+    from .experiments.lsa_sweep import LSAFlowPoint
+    from .experiments.report import save_dataset, save_figure
+    from .sweep import sweep
+
+    task, dyn, out = cfg["task"], cfg["dynamics"], Path(cfg["outputs"]["dir"])
+    sigma = None if cfg["model"]["sigma"] == "auto" else cfg["model"]["sigma"]
+    point = LSAFlowPoint(d=task["d"], t1=dyn["t1"], rtol=dyn["rtol"], atol=dyn["atol"], n_save=dyn["n_save"], sigma=sigma)
+    grid = {"kappa": [task["kappa"]], "n_context": [task["n_context"]], "seed": [0]}
+    grid.update(cfg["grid"])
+    order = list(cfg["grid"]) + [k for k in grid if k not in cfg["grid"]]  # the config's axes first
+    grid = {k: grid[k] for k in order}
+
+    def run_fn(kappa, n_context, seed, key):
+        return point(kappa, n_context, key)
+
+    with jax.enable_x64(True):
+        ds = sweep(run_fn, grid, chunk_size=cfg["outputs"]["chunk_size"], out=out / "chunks",
+                   meta={k: cfg[k] for k in ("task", "model", "dynamics")}, output_dims={"loss_curve": ("save",)},
+                   progress=progress)
+    save_dataset(ds, out / "dataset.nc")
+    save_figure(default_plot(ds), out / "plot.png")
+    return ds
+
+
+def default_plot(ds):
+    """The first output against the first axis; one line per value of the second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name = next(iter(ds.data_vars))
+    var = ds[name]
+    dims = list(ds.sizes)  # grid axes come first
+    first = dims[0]
+    var = var.isel({d: 0 for d in var.dims if d not in (first, dims[1] if len(dims) > 1 else first)})
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    if var.ndim == 2:
+        other = [d for d in var.dims if d != first][0]
+        for v in var[other].values:
+            ax.plot(var[first], var.sel({other: v}), "o-", label=f"{other} = {v}")
+        ax.legend(fontsize=8)
+    else:
+        ax.plot(var[first], var, "o-")
+    ax.set(xlabel=first, ylabel=name, title=f"{name} vs {first}")
+    return fig

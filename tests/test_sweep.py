@@ -1,0 +1,117 @@
+"""jaxicl.sweep: equals a Python loop, compiles once, shards over devices, resumes after a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxicl as icl
+import sweep_helpers as H
+from jaxicl.sweep import SweepConfigError
+
+HERE = Path(__file__).parent
+
+
+def test_sweep_equals_python_loop_and_a_depth_axis_compiles_once():
+    traces = []
+
+    def run(depth, scale):
+        traces.append(1)
+        return H.depth_product(depth, scale)
+
+    grid = {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]}
+    ds = icl.sweep(run, grid, chunk_size=8)  # 30 points, 4 chunks (last one padded)
+    assert len(traces) == 1  # one trace = one compilation for all ten depths
+    assert ds["prod"].dims == ("depth", "scale") and ds["curve"].shape == (10, 3, 10)
+    single = jax.jit(H.depth_product)
+    loop = np.array([[single(d, s)["prod"] for s in grid["scale"]] for d in grid["depth"]])
+    np.testing.assert_array_equal(ds["prod"].values, loop)  # bit-for-bit on CPU
+    assert ds.attrs["backend"] == "cpu" and ds.attrs["device_count"] == len(jax.devices())
+    assert json.loads(ds.attrs["config"])["grid"]["depth"] == grid["depth"]
+
+
+def test_seed_folds_into_the_key():
+    ds = icl.sweep(H.noisy_point, {"x": [0.0, 1.0], "seed": [0, 1, 2]})
+    v = ds["value"].values
+    assert np.allclose(v[1] - v[0], 1.0)  # same seed, same noise
+    assert len(set(np.round(v[0], 12))) == 3  # different seeds, different noise
+    again = icl.sweep(H.noisy_point, {"x": [0.0, 1.0], "seed": [0, 1, 2]})
+    np.testing.assert_array_equal(again["value"].values, v)
+
+
+def test_bad_grids_are_errors():
+    with pytest.raises(SweepConfigError, match="empty"):
+        icl.sweep(H.depth_product, {"depth": [], "scale": [1.0]})
+    with pytest.raises(SweepConfigError, match="no argument for grid axis"):
+        icl.sweep(H.depth_product, {"depth": [1], "scale": [1.0], "width": [2]})
+    with pytest.raises(SweepConfigError, match="seed"):
+        icl.sweep(H.noisy_point, {"x": [1.0]})
+
+
+def _run_in_subprocess(code, env_extra=None, **kw):
+    env = {**os.environ, "PYTHONPATH": str(HERE), **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, **kw)
+
+
+def test_four_forced_host_devices_equal_one(tmp_path):
+    code = (
+        "import jax, numpy as np, jaxicl as icl, sweep_helpers as H\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "assert len(jax.devices()) == 4\n"
+        "ds = icl.sweep(H.depth_product, {'depth': list(range(1, 11)), 'scale': [0.5, 1.0, 1.5]}, chunk_size=8)\n"
+        "assert ds.attrs['device_count'] == 4\n"
+        f"np.save({str(tmp_path / 'four.npy')!r}, ds['curve'].values)\n"
+    )
+    p = _run_in_subprocess(code, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert p.wait(timeout=300) == 0
+    one = icl.sweep(H.depth_product, {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]}, chunk_size=8)
+    np.testing.assert_allclose(np.load(tmp_path / "four.npy"), one["curve"].values, rtol=1e-14, atol=0)
+
+
+def test_interrupted_sweep_resumes_with_identical_numbers(tmp_path):
+    out = tmp_path / "run"
+    code = (
+        "import jax, jaxicl as icl, sweep_helpers as H\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        f"icl.sweep(H.slow_point, H.GRID, chunk_size=2, out={str(out)!r})\n"
+    )
+    p = _run_in_subprocess(code)
+    deadline = time.time() + 240
+    while len(list(out.glob("chunk_*.npz"))) < 2 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    done = sorted(out.glob("chunk_*.npz"))
+    assert 2 <= len(done) < 8, "the kill should land mid-sweep"
+    stamps = {f.name: f.stat().st_mtime_ns for f in done}
+    resumed = icl.sweep(H.slow_point, H.GRID, chunk_size=2, out=out)
+    assert all(f.stat().st_mtime_ns == stamps[f.name] for f in done)  # finished chunks not recomputed
+    fresh = icl.sweep(H.slow_point, H.GRID, chunk_size=2)
+    np.testing.assert_array_equal(resumed["value"].values, fresh["value"].values)
+
+
+def test_different_parameters_under_the_same_out_are_an_error(tmp_path):
+    icl.sweep(H.noisy_point, {"x": [0.0], "seed": [0]}, out=tmp_path)
+    with pytest.raises(SweepConfigError, match="different sweep.*grid"):
+        icl.sweep(H.noisy_point, {"x": [1.0], "seed": [0]}, out=tmp_path)
+    with pytest.raises(SweepConfigError, match="meta"):
+        icl.sweep(H.noisy_point, {"x": [0.0], "seed": [0]}, out=tmp_path, meta={"noise": 0.1})
+
+
+def test_lsa_example_converged_loss_equals_zhang_closed_form_at_every_point():
+    from jaxicl.experiments.lsa_sweep import LSAFlowPoint
+
+    point = LSAFlowPoint(d=3, t1=1000.0, rtol=1e-10, atol=1e-12, n_save=4)
+    grid = {"kappa": [1.0, 4.0, 16.0], "n_context": [5, 20], "seed": [0]}
+    ds = icl.sweep(lambda kappa, n_context, seed, key: point(kappa, n_context, key), grid,
+                   output_dims={"loss_curve": ("save",)})
+    rel = np.abs(ds["final_loss"] - ds["theory_min_loss"]) / ds["theory_min_loss"]
+    assert float(rel.max()) <= 1e-6, rel.values
