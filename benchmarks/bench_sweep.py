@@ -1,0 +1,110 @@
+"""Sweep benchmarks (issue: sweeps).
+
+1. A 1,000-point sweep vs a Python loop over the same points calling the jitted single-point
+   function, same run, same machine. Two run functions:
+   - ``loss_grad``: exact LSA population loss and its gradient (d = 10) at a balanced init over
+     κ × N × seed (10 × 10 × 10) — cheap points, where per-call overhead matters;
+   - ``flow``: a whole gradient flow per point (d = 3, t1 = 100, Tsit5) over κ × N × seed
+     (10 × 10 × 10) — expensive points.
+2. Throughput of the ``loss_grad`` sweep with 1, 2 and 4 forced host devices (subprocesses with
+   ``XLA_FLAGS=--xla_force_host_platform_device_count=K``).
+
+Run: ``python benchmarks/bench_sweep.py [--repeats 3]``. Float32 (the default dtype).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import jaxicl as icl
+from jaxicl.experiments.lsa_sweep import geometric_covariance
+from jaxicl.losses import lsa_population_loss
+
+GRID = {"kappa": [1.0 + i for i in range(10)], "n_context": [5 * (i + 1) for i in range(10)], "seed": list(range(10))}
+
+
+def loss_grad(kappa, n_context, key, d=10):
+    lam = geometric_covariance(d, kappa)
+    m = icl.models.LinearSelfAttention.balanced_init(d, 0.3, key)
+    loss, g = jax.value_and_grad(lambda m: lsa_population_loss(m, lam, n_context))(m)
+    return {"loss": loss, "grad_norm": jnp.sqrt(jnp.sum(g.W_kq**2) + jnp.sum(g.W_pv**2))}
+
+
+def flow(kappa, n_context, key, d=3):
+    lam = geometric_covariance(d, kappa)
+    m = icl.models.LinearSelfAttention.balanced_init(d, 0.3, key)
+    sol = icl.gradient_flow(lambda m: lsa_population_loss(m, lam, n_context), m, 100.0, n_save=2, rtol=1e-5, atol=1e-7)
+    return {"final_loss": sol.losses[-1]}
+
+
+FUNCS = {"loss_grad": loss_grad, "flow": flow}
+
+
+def median_time(fn, repeats):
+    fn()  # compile + warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_sweep(name):
+    f = FUNCS[name]
+    return icl.sweep(lambda kappa, n_context, seed, key: f(kappa, n_context, key), GRID, progress=False)
+
+
+def run_loop(name):
+    f = FUNCS[name]
+    single = jax.jit(lambda kappa, n_context, seed: f(kappa, n_context, jax.random.fold_in(jax.random.PRNGKey(0), seed)))
+    out = []
+    for k in GRID["kappa"]:
+        for n in GRID["n_context"]:
+            for s in GRID["seed"]:
+                out.append(single(jnp.float32(k), jnp.int32(n), jnp.int32(s)))
+    jax.block_until_ready(out)
+    return out
+
+
+def devices_mode(repeats):
+    t = median_time(lambda: run_sweep("loss_grad"), repeats)
+    print(json.dumps({"devices": len(jax.devices()), "seconds": t, "points_per_second": 1000 / t}))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--devices-mode", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.devices_mode:
+        return devices_mode(args.repeats)
+    print(json.dumps({"backend": jax.default_backend(), "jax": jax.__version__, "date": time.strftime("%Y-%m-%d"),
+                      "cpus": os.cpu_count()}))
+    rows = {}
+    for name in FUNCS:
+        t_sweep = median_time(lambda: run_sweep(name), args.repeats)
+        t_loop = median_time(lambda: run_loop(name), args.repeats)
+        rows[name] = {"sweep_seconds": t_sweep, "loop_seconds": t_loop, "ratio": t_loop / t_sweep}
+        print(f"{name:9s}: 1,000-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s, "
+              f"ratio {t_loop / t_sweep:.1f}x", flush=True)
+    for k in (1, 2, 4):
+        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={k}"}
+        res = subprocess.run([sys.executable, __file__, "--devices-mode", "--repeats", str(args.repeats)],
+                             env=env, capture_output=True, text=True, check=True)
+        row = json.loads(res.stdout.strip().splitlines()[-1])
+        print(f"loss_grad sweep on {k} forced host device(s): {row['seconds']:.3f} s, "
+              f"{row['points_per_second']:.0f} points/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
