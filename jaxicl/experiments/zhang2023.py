@@ -33,11 +33,11 @@ class Config:
     mc_batch: int = 200_000
     Ns_thm42: tuple = (5, 20, 80)
     Ms_thm42: tuple = (5, 20, 50, 200)
-    thm42_batch: int = 20_000
+    thm42_batch: int = 12_000
     cs: tuple = (0.5, 1.0, 1.5, 2.0, 3.0)
     shift_N: int = 400
     shift_M: int = 400
-    shift_batch: int = 20_000
+    shift_batch: int = 12_000
     n_random_inits: int = 8
     seed: int = 0
 
@@ -342,7 +342,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         ex_new = float(losses.population_loss(rsol.final, tasks.LinearRegression(d, M_mc, jnp.diag(lam_new))))
         checks.append(Check(f"trained (4.12) model on new Λ, M = {M_mc}: exact = Monte Carlo", fmt(ex_new, 6),
                             f"{mc_new:.6g} ± {mc_new_se:.2g}", "3 s.e.", _within(mc_new, mc_new_se, ex_new)))
-        Ms_r = np.unique(np.geomspace(N, 10**5, 7).astype(int))
+        Ms_r = np.unique(np.geomspace(N, 10**5, 5).astype(int))
         exact = jax.jit(losses.population_loss)
         err_M = np.array([2 * float(exact(rsol.final, tasks.LinearRegression(d, int(M), jnp.diag(lam_new)))) for M in Ms_r])
         model_new = zhang.w_star_model(jnp.diag(lam_new), N)
@@ -375,24 +375,28 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
 
     paths = []
     t = ds_flow.t.values[1:]
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     ax[0].loglog(t, ds_flow.loss_gap.values[1:], label="L(θ(t)) − min L (balanced init)")
     ax[0].loglog(t, ds_flow.pl_bound.values[1:], "k--", label="PL bound gap(0)·e^{−μt}")
+    tr = ds_flow.t_random.values[1:]
+    stuck = ds_flow.loss_gap_random_init.values[:, -1] > 1e-8
     for s in range(ds_flow.seed.size):
-        ax[0].loglog(ds_flow.t_random.values[1:], ds_flow.loss_gap_random_init.values[s, 1:], alpha=0.5,
-                     label="non-balanced init" if s == 0 else None)
+        style = dict(color="tab:red", ls="--") if stuck[s] else dict(color="tab:orange", alpha=0.5)
+        first = s == int(np.argmax(stuck)) if stuck[s] else s == int(np.argmin(stuck))
+        label = ("non-balanced init: spurious local min" if stuck[s] else "non-balanced init") if first else None
+        ax[0].loglog(tr, ds_flow.loss_gap_random_init.values[s, 1:], label=label, **style)
     ax[0].set(xlabel="t", ylabel="loss gap", title="Loss along gradient flow", ylim=(1e-16, None))
     ax[0].legend(fontsize=8)
     ax[1].loglog(t, ds_flow.product_error.values[1:], label="balanced (Assumption 3.3)")
     for s in range(ds_flow.seed.size):
-        ax[1].loglog(ds_flow.t_random.values[1:], ds_flow.product_error_random_init.values[s, 1:], alpha=0.5,
-                     label="non-balanced init" if s == 0 else None)
+        style = dict(color="tab:red", ls="--") if stuck[s] else dict(color="tab:orange", alpha=0.5)
+        ax[1].loglog(tr, ds_flow.product_error_random_init.values[s, 1:], **style)
     ax[1].axhline(1e-6, color="k", ls=":", label="check tolerance")
     ax[1].set(xlabel="t", ylabel="‖u₋₁U₁₁ − Γ⁻¹‖/‖Γ⁻¹‖", title="Convergence to W* (4.1)")
     ax[1].legend(fontsize=8)
     paths.append(_save(fig, out, "flow.png"))
 
-    fig, axes = plt.subplots(1, ds_thm42.case.size, figsize=(4.2 * ds_thm42.case.size, 3.8))
+    fig, axes = plt.subplots(1, ds_thm42.case.size, figsize=(4.4 * ds_thm42.case.size, 3.8), layout="constrained")
     for ax, case in zip(np.atleast_1d(axes), ds_thm42.case.values):
         for i, Ntr in enumerate(ds_thm42.N.values):
             sel = ds_thm42.sel(case=case, N=Ntr)
@@ -403,7 +407,7 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
     fig.suptitle("Thm 4.2: theory lines, Monte-Carlo points (±2 s.e.)")
     paths.append(_save(fig, out, "thm42.png"))
 
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     c = ds_shift.c.values
     cc = np.linspace(c.min(), c.max(), 100)
     ax[0].plot(cc, cc**2, "k--", label="c² (N, M → ∞)")
