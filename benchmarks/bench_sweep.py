@@ -5,7 +5,7 @@
    - ``loss_grad``: exact LSA population loss and its gradient (d = 10) at a balanced init over
      κ × N × seed (10 × 10 × 10) — cheap points, where per-call overhead matters;
    - ``flow``: a whole gradient flow per point (d = 3, t1 = 100, Tsit5) over κ × N × seed
-     (10 × 10 × 10) — expensive points.
+     (10 × 10 × 2 = 200 points) — expensive points.
 2. Throughput of the ``loss_grad`` sweep with 1, 2 and 4 forced host devices (subprocesses with
    ``XLA_FLAGS=--xla_force_host_platform_device_count=K``).
 
@@ -30,6 +30,7 @@ from jaxicl.experiments.lsa_sweep import geometric_covariance
 from jaxicl.losses import lsa_population_loss
 
 GRID = {"kappa": [1.0 + i for i in range(10)], "n_context": [5 * (i + 1) for i in range(10)], "seed": list(range(10))}
+GRIDS = {"loss_grad": GRID, "flow": {**GRID, "seed": [0, 1]}}  # flows: 200 points (each takes ~0.1 s)
 
 
 def loss_grad(kappa, n_context, key, d=10):
@@ -59,21 +60,40 @@ def median_time(fn, repeats):
     return statistics.median(times)
 
 
+def _point_loss_grad(kappa, n_context, seed, key):
+    return loss_grad(kappa, n_context, key)
+
+
+def _point_flow(kappa, n_context, seed, key):
+    return flow(kappa, n_context, key)
+
+
+POINTS = {"loss_grad": _point_loss_grad, "flow": _point_flow}
+
+
 def run_sweep(name):
-    f = FUNCS[name]
-    return icl.sweep(lambda kappa, n_context, seed, key: f(kappa, n_context, key), GRID, progress=False)
+    return icl.sweep(POINTS[name], GRIDS[name], progress=False)
+
+
+_SINGLE = {name: jax.jit(lambda kappa, n_context, seed, f=f: f(kappa, n_context, jax.random.fold_in(jax.random.PRNGKey(0), seed)))
+           for name, f in FUNCS.items()}
 
 
 def run_loop(name):
-    f = FUNCS[name]
-    single = jax.jit(lambda kappa, n_context, seed: f(kappa, n_context, jax.random.fold_in(jax.random.PRNGKey(0), seed)))
+    single = _SINGLE[name]
     out = []
-    for k in GRID["kappa"]:
-        for n in GRID["n_context"]:
-            for s in GRID["seed"]:
+    grid = GRIDS[name]
+    for k in grid["kappa"]:
+        for n in grid["n_context"]:
+            for s in grid["seed"]:
                 out.append(single(jnp.float32(k), jnp.int32(n), jnp.int32(s)))
     jax.block_until_ready(out)
     return out
+
+
+def run_loop_points(name):
+    g = GRIDS[name]
+    return [(k, n, s) for k in g["kappa"] for n in g["n_context"] for s in g["seed"]]
 
 
 def devices_mode(repeats):
@@ -92,10 +112,12 @@ def main():
                       "cpus": os.cpu_count()}))
     rows = {}
     for name in FUNCS:
-        t_sweep = median_time(lambda: run_sweep(name), args.repeats)
-        t_loop = median_time(lambda: run_loop(name), args.repeats)
-        rows[name] = {"sweep_seconds": t_sweep, "loop_seconds": t_loop, "ratio": t_loop / t_sweep}
-        print(f"{name:9s}: 1,000-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s, "
+        reps = args.repeats
+        t_sweep = median_time(lambda: run_sweep(name), reps)
+        t_loop = median_time(lambda: run_loop(name), reps)
+        rows[name] = {"sweep_seconds": t_sweep, "loop_seconds": t_loop, "ratio": t_loop / t_sweep, "repeats": reps}
+        n_pts = len(run_loop_points(name))
+        print(f"{name:9s}: {n_pts}-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s, "
               f"ratio {t_loop / t_sweep:.1f}x", flush=True)
     for k in (1, 2, 4):
         env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={k}"}

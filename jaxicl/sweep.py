@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
 import json
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._io import atomic_output, atomic_write_text
 
 __all__ = ["sweep", "flatten_grid", "SweepConfigError"]
 
@@ -88,20 +87,6 @@ def _fingerprint(run_fn, axes, chunk_size, meta) -> dict:
     }
 
 
-def _atomic_savez(path: Path, **arrays) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
-    os.close(fd)
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _prepare_out(out: Path, fingerprint: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cfg = out / "config.json"
@@ -114,7 +99,7 @@ def _prepare_out(out: Path, fingerprint: dict) -> None:
                 "directory, or delete this one to start over."
             )
     else:
-        _atomic_write(cfg, json.dumps(fingerprint, indent=1))
+        atomic_write_text(cfg, json.dumps(fingerprint, indent=1))
 
 
 def _leaf_names(tree) -> list[str]:
@@ -127,6 +112,32 @@ def _leaf_names(tree) -> list[str]:
             parts.append(str(key))
         names.append("/".join(parts) if parts else "output")
     return names
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(run_fn, takes_key: bool, devices: tuple):
+    """One ``jit(vmap(run_fn))`` per (run_fn, devices), reused across calls, so a second sweep of the
+    same function with the same chunk shape does not compile again."""
+    cache_key = (run_fn, takes_key, devices)
+    fn = _COMPILED.get(cache_key)
+    if fn is None:
+        def one_point(point, base_key):
+            kwargs = dict(point)
+            if takes_key:
+                kwargs["key"] = jax.random.fold_in(base_key, point["seed"])
+            return run_fn(**kwargs)
+
+        mesh = jax.sharding.Mesh(np.asarray(devices), ("points",))
+        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        fn = jax.jit(jax.vmap(one_point, in_axes=(0, None)), in_shardings=(sharding, replicated),
+                     out_shardings=sharding)
+        if len(_COMPILED) > 64:
+            _COMPILED.clear()
+        _COMPILED[cache_key] = fn
+    return fn
 
 
 def sweep(
@@ -184,15 +195,9 @@ def sweep(
         raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
     base_key = jax.random.PRNGKey(0) if key is None else key
 
-    def one_point(point):
-        kwargs = dict(point)
-        if takes_key:
-            kwargs["key"] = jax.random.fold_in(base_key, point["seed"])
-        return run_fn(**kwargs)
-
     mesh = jax.sharding.Mesh(np.asarray(devices), ("points",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))
-    batched = jax.jit(jax.vmap(one_point), in_shardings=(sharding,), out_shardings=sharding)
+    batched = _compiled(run_fn, takes_key, tuple(devices))
 
     def as_jax_dtype(v):
         return v.astype(np.int32) if v.dtype.kind in "iu" else v.astype(jnp.result_type(float))
@@ -234,11 +239,12 @@ def sweep(
                 leaves = [f[f"leaf_{i}"] for i in range(len(f.files) - 1)]
                 chunk_names = json.loads(str(f["names"]))
         else:
-            tree = gather(batched(chunk_inputs(c)))
+            tree = gather(batched(chunk_inputs(c), base_key))
             leaves, treedef = jax.tree_util.tree_flatten(tree)
             chunk_names = _leaf_names(tree)
             if path is not None and jax.process_index() == 0:
-                _atomic_savez(path, names=json.dumps(chunk_names), **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)})
+                with atomic_output(path, ".npz") as tmp:
+                    np.savez(tmp, names=json.dumps(chunk_names), **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)})
         names = names or chunk_names
         results.append(leaves)
         if bar is not None:

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -115,3 +114,28 @@ def test_lsa_example_converged_loss_equals_zhang_closed_form_at_every_point():
                    output_dims={"loss_curve": ("save",)})
     rel = np.abs(ds["final_loss"] - ds["theory_min_loss"]) / ds["theory_min_loss"]
     assert float(rel.max()) <= 1e-6, rel.values
+
+
+def test_two_local_processes_form_a_cluster_and_both_get_the_full_dataset(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import sys, jax\n"
+        "jax.config.update('jax_cpu_collectives_implementation', 'gloo')\n"
+        f"jax.distributed.initialize(coordinator_address='127.0.0.1:{port}', num_processes=2, "
+        "process_id=int(sys.argv[1]))\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "import numpy as np, jaxicl as icl, sweep_helpers as H\n"
+        "ds = icl.sweep(H.depth_product, {'depth': list(range(1, 11)), 'scale': [0.5, 1.0, 1.5]}, chunk_size=8)\n"
+        "assert ds.attrs['process_count'] == 2 and ds.attrs['device_count'] == 2\n"
+        f"np.save({str(tmp_path)!r} + f'/p{{sys.argv[1]}}.npy', ds['curve'].values)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], env=env) for i in range(2)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    one = icl.sweep(H.depth_product, {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]}, chunk_size=8)
+    for i in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / f"p{i}.npy"), one["curve"].values)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from .._io import atomic_output, atomic_write_text  # noqa: F401  (re-exported)
 
 
 @dataclasses.dataclass
@@ -51,35 +51,18 @@ def fmt(x, digits: int = 4) -> str:
     return "[" + ", ".join(f"{float(v):.{digits}g}" for v in x.ravel()) + "]"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def save_dataset(ds, path: Path) -> None:
-    """Write an ``xarray.Dataset`` as netCDF, atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".nc")
-    os.close(fd)
-    ds.to_netcdf(tmp, engine="h5netcdf")
-    os.replace(tmp, path)
+    """Write an ``xarray.Dataset`` as netCDF, atomically."""
+    with atomic_output(path, ".nc") as tmp:
+        ds.to_netcdf(tmp, engine="h5netcdf")
 
 
 def save_figure(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_output(path, ".png") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def render_markdown(results: list[PaperResult]) -> str:

@@ -330,7 +330,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         test_new = tasks.LinearRegression(d, M_big, jnp.diag(lam_new))
         err_new = 2 * float(losses.population_loss(rsol.final, test_new))
         lim_new = float(zhang.random_covariance_limit_error(b_r, lam_new))
-        checks.append(Check(f"Thm 4.5 / (4.13): error on a new Λ (M = 10⁶)", fmt(lim_new, 6), fmt(err_new, 6),
+        checks.append(Check("Thm 4.5 / (4.13): error on a new Λ (M = 10⁶)", fmt(lim_new, 6), fmt(err_new, 6),
                             "rel 1e-4", abs(err_new - lim_new) <= 1e-4 * lim_new))
         avg_new = 2 * float(losses.population_loss(rsol.final, tasks.LinearRegression(d, M_big, prior)))
         lim_avg = float(zhang.random_covariance_limit_error(b_r, moments=(m1, m2, m3, d)))
