@@ -117,6 +117,12 @@ def _leaf_names(tree) -> list[str]:
 _COMPILED: dict = {}
 
 
+def _point_sharding(devices: tuple, spec=("points",)):
+    """Sharding over a 1-D mesh of ``devices`` along the flattened points (``spec=()``: replicated)."""
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("points",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+
+
 def _compiled(run_fn, takes_key: bool, devices: tuple):
     """One ``jit(vmap(run_fn))`` per (run_fn, devices), reused across calls, so a second sweep of the
     same function with the same chunk shape does not compile again."""
@@ -129,10 +135,8 @@ def _compiled(run_fn, takes_key: bool, devices: tuple):
                 kwargs["key"] = jax.random.fold_in(base_key, point["seed"])
             return run_fn(**kwargs)
 
-        mesh = jax.sharding.Mesh(np.asarray(devices), ("points",))
-        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))
-        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        fn = jax.jit(jax.vmap(one_point, in_axes=(0, None)), in_shardings=(sharding, replicated),
+        sharding = _point_sharding(devices)
+        fn = jax.jit(jax.vmap(one_point, in_axes=(0, None)), in_shardings=(sharding, _point_sharding(devices, ())),
                      out_shardings=sharding)
         if len(_COMPILED) > 64:
             _COMPILED.clear()
@@ -195,8 +199,7 @@ def sweep(
         raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
     base_key = jax.random.PRNGKey(0) if key is None else key
 
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("points",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))
+    sharding = _point_sharding(tuple(devices))
     batched = _compiled(run_fn, takes_key, tuple(devices))
 
     def as_jax_dtype(v):
@@ -240,7 +243,7 @@ def sweep(
                 chunk_names = json.loads(str(f["names"]))
         else:
             tree = gather(batched(chunk_inputs(c), base_key))
-            leaves, treedef = jax.tree_util.tree_flatten(tree)
+            leaves = jax.tree_util.tree_leaves(tree)
             chunk_names = _leaf_names(tree)
             if path is not None and jax.process_index() == 0:
                 with atomic_output(path, ".npz") as tmp:
