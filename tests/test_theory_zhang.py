@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 
 import jaxicl as icl
-from jaxicl.experiments.zhang2023 import example_covariance, predictions, squared_errors
+from jaxicl.experiments.zhang2023 import example_covariance, mean_and_se as mc, predictions, squared_errors
 from jaxicl.theory import zhang
 
 N_SE = 3.0
 LAM = example_covariance(3)
-
-
-def mc(err):
-    err = np.asarray(err)
-    return err.mean(), err.std(ddof=1) / np.sqrt(err.size)
 
 
 @pytest.mark.parametrize("N,M", [(5, 10), (40, 100)])
