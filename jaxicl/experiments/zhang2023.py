@@ -85,7 +85,8 @@ def predictions(key, model, Lam, Lam_query, w, v, quad, noise, *, M, batch, fixe
         prompt = tasks.Prompt(x=xs[:-1], y=ys[:-1], x_query=xs[-1], y_query=ys[-1])
         return model.predict(prompt), ys[-1]
 
-    return jax.vmap(one)(jax.random.split(key, batch))
+    # lax.map over batches of 2048 prompts bounds memory at the paper's sizes (M up to 1000)
+    return jax.lax.map(one, jax.random.split(key, batch), batch_size=min(batch, 2048))
 
 
 def squared_errors(*args, **kwargs):
