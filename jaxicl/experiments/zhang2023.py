@@ -30,7 +30,7 @@ class Config:
     N: int = 10
     sigma: float = 0.5
     t1: float = 2000.0
-    mc_batch: int = 200_000
+    mc_batch: int = 100_000
     Ns_thm42: tuple = (5, 20, 80)
     Ms_thm42: tuple = (5, 20, 50, 200)
     thm42_batch: int = 12_000
@@ -85,8 +85,11 @@ def predictions(key, model, Lam, Lam_query, w, v, quad, noise, *, M, batch, fixe
         prompt = tasks.Prompt(x=xs[:-1], y=ys[:-1], x_query=xs[-1], y_query=ys[-1])
         return model.predict(prompt), ys[-1]
 
-    # lax.map over batches of 2048 prompts bounds memory at the paper's sizes (M up to 1000)
-    return jax.lax.map(one, jax.random.split(key, batch), batch_size=min(batch, 2048))
+    keys = jax.random.split(key, batch)
+    if batch <= 16384:
+        return jax.vmap(one)(keys)
+    # batches of 16384 prompts bound memory at the paper's sizes (M up to 1000)
+    return jax.lax.map(one, keys, batch_size=16384)
 
 
 def squared_errors(*args, **kwargs):
