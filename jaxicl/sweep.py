@@ -92,8 +92,9 @@ def _prepare_out(out: Path, fingerprint: dict) -> None:
     cfg = out / "config.json"
     if cfg.exists():
         old = json.loads(cfg.read_text())
-        if old != json.loads(json.dumps(fingerprint)):
-            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != json.loads(json.dumps(fingerprint)).get(k))
+        new = json.loads(json.dumps(fingerprint))  # the same normalisation (tuples -> lists) as on disk
+        if old != new:
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise SweepConfigError(
                 f"{out} holds a different sweep (differs in: {', '.join(diff)}). Use another `out` "
                 "directory, or delete this one to start over."

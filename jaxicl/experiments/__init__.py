@@ -6,7 +6,8 @@ import importlib
 import time
 from pathlib import Path
 
-from .report import Check, PaperResult, atomic_write_text, render_markdown
+from .._io import atomic_write_text
+from .report import Check, PaperResult, render_markdown
 
 # name -> (module, one-line description); later issues add their papers here.
 REPRODUCTIONS = {

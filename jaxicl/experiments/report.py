@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._io import atomic_output, atomic_write_text  # noqa: F401  (re-exported)
+from .._io import atomic_output
 
 
 @dataclasses.dataclass
