@@ -2,7 +2,7 @@
 
 from . import dynamics, losses, models, tasks, theory
 from .dynamics import FlowSolution, gradient_descent, gradient_flow, optax_train
-from .losses import mc_loss, population_loss, register_population_loss
+from .losses import mc_loss, population_loss, register_population_loss, sample_loss
 from .sweep import sweep
 
 __version__ = "0.1.0"
@@ -20,5 +20,6 @@ __all__ = [
     "mc_loss",
     "population_loss",
     "register_population_loss",
+    "sample_loss",
     "sweep",
 ]

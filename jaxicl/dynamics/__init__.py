@@ -1,6 +1,18 @@
-"""Training dynamics: diffrax gradient flow, gradient descent, optax training."""
+"""Training dynamics: diffrax gradient flow, gradient descent, optax training, fixed-set optimizers."""
 
 from .descent import check_finite_curve, gradient_descent, optax_train
+from .fit import FitResult, lbfgs, levenberg_marquardt, optax_fit
 from .flow import FlowSolution, gradient_flow, log_time_grid
 
-__all__ = ["FlowSolution", "check_finite_curve", "gradient_descent", "gradient_flow", "log_time_grid", "optax_train"]
+__all__ = [
+    "FitResult",
+    "FlowSolution",
+    "check_finite_curve",
+    "gradient_descent",
+    "gradient_flow",
+    "lbfgs",
+    "levenberg_marquardt",
+    "log_time_grid",
+    "optax_fit",
+    "optax_train",
+]

@@ -9,6 +9,8 @@ from .registry import (
 )
 from . import lsa_linear  # noqa: F401  (registers LSA × LinearRegression)
 from .lsa_linear import lsa_population_loss
+from . import linear_transformer  # noqa: F401  (registers LinearTransformer × LinearRegression)
+from .linear_transformer import sample_loss, sample_residuals, sample_residuals_and_jacobian
 
 __all__ = [
     "NoClosedFormError",
@@ -17,4 +19,7 @@ __all__ = [
     "mc_loss",
     "population_loss",
     "register_population_loss",
+    "sample_loss",
+    "sample_residuals",
+    "sample_residuals_and_jacobian",
 ]

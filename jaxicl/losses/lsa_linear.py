@@ -27,8 +27,10 @@ from ..tasks.linear_regression import LinearRegression
 from .registry import no_closed_form, register_population_loss
 
 
-def lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2):
-    """½E(ŷ − y_q)² for x ~ N(0, Λ), w ~ N(0, Ω), noise variance s², context length N."""
+def lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2, query_term: bool = True):
+    """½E(ŷ − y_q)² for x ~ N(0, Λ), w ~ N(0, Ω), noise variance s², context length N.
+
+    ``query_term=False`` drops the query's own column Q (attention masked as in Ahn et al. eq. 2)."""
     I = jnp.eye(K.shape[0], dtype=K.dtype)
     tLO = jnp.trace(Lam @ Om)
     tLOLO = jnp.trace(Lam @ Om @ Lam @ Om)
@@ -64,6 +66,8 @@ def lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2):
         + 8 * (KsLbx @ Lam @ KsLbx)
     ) / N**2
 
+    if not query_term:
+        return 0.5 * (s2 + var_g / N + EpLp)
     return 0.5 * (s2 + var_g / N + EpLp + 2 * Epz / N + EQ2)
 
 

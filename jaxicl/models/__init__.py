@@ -1,5 +1,25 @@
 """Equinox modules for the models of the papers."""
 
+from .linear_transformer import (
+    BlockWeights,
+    FullWeights,
+    GramBatch,
+    LinearTransformer,
+    Parametrization,
+    PreconditionerWeights,
+    RestrictedWeights,
+    SingleLayerWeights,
+)
 from .lsa import LinearSelfAttention
 
-__all__ = ["LinearSelfAttention"]
+__all__ = [
+    "BlockWeights",
+    "FullWeights",
+    "GramBatch",
+    "LinearSelfAttention",
+    "LinearTransformer",
+    "Parametrization",
+    "PreconditionerWeights",
+    "RestrictedWeights",
+    "SingleLayerWeights",
+]

@@ -4,7 +4,10 @@ from .covariance import (
     CovariancePrior,
     FixedCovariance,
     RandomDiagonalCovariance,
+    RandomRotationCovariance,
     check_covariance,
+    check_orthogonal,
+    rotated_covariance,
     gauss_rule_two_nodes,
 )
 from .linear_regression import LinearRegression, Prompt, embed
@@ -13,7 +16,10 @@ __all__ = [
     "CovariancePrior",
     "FixedCovariance",
     "RandomDiagonalCovariance",
+    "RandomRotationCovariance",
     "check_covariance",
+    "check_orthogonal",
+    "rotated_covariance",
     "gauss_rule_two_nodes",
     "LinearRegression",
     "Prompt",

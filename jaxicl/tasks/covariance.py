@@ -134,3 +134,52 @@ def gauss_rule_two_nodes(m1, m2, m3):
     w2 = (m1 - nodes[0]) / (nodes[1] - nodes[0])
     weights = jnp.stack([1 - w2, w2])
     return nodes, weights
+
+
+def check_orthogonal(U, name: str = "U", tol: float = 1e-6) -> None:
+    """Raise ``ValueError`` unless ``U`` is a square matrix with UᵀU = I (checked when concrete)."""
+    if not _is_concrete(U):
+        return
+    U = np.asarray(U)
+    if U.ndim != 2 or U.shape[0] != U.shape[1]:
+        raise ValueError(f"{name} must be a square (d, d) matrix, got shape {U.shape}.")
+    err = np.abs(U.T @ U - np.eye(U.shape[0])).max()
+    if not err <= tol:
+        raise ValueError(
+            f"{name} must be orthogonal; max |UᵀU − I| = {err:.2e} > {tol:g}. "
+            "Orthonormalise it first (e.g. the Q factor of a QR decomposition)."
+        )
+
+
+def rotated_covariance(U, scales) -> "FixedCovariance":
+    """Σ = Uᵀ D² U with D = diag(``scales``) and U orthogonal (Ahn et al. §5.3)."""
+    U, scales = jnp.asarray(U), jnp.asarray(scales)
+    check_orthogonal(U)
+    if scales.shape != U.shape[:1]:
+        raise ValueError(f"scales must have shape ({U.shape[0]},) to match U, got {scales.shape}.")
+    return FixedCovariance(U.T @ jnp.diag(scales**2) @ U)
+
+
+class RandomRotationCovariance(CovariancePrior):
+    """Σ = Uᵀ D² U with U Haar-uniform on the orthogonal group and D = diag(``scales``) fixed
+    (Ahn et al. §5.3: d = 5, D = diag(1, 1, 0.5, 0.25, 1)). Eigenvalues of Σ: ``scales²``."""
+
+    scales: Float[Array, " d"]
+    d: int = eqx.field(static=True)
+
+    def __init__(self, scales):
+        scales = jnp.asarray(scales, dtype=float)
+        if scales.ndim != 1 or scales.shape[0] < 1:
+            raise ValueError(f"scales must be a non-empty vector (the diagonal of D), got shape {scales.shape}.")
+        if _is_concrete(scales) and not np.all(np.asarray(scales) != 0):
+            raise ValueError("scales must be non-zero, or Σ = UᵀD²U is singular.")
+        self.scales = scales
+        self.d = int(scales.shape[0])
+
+    def rotation(self, key: PRNGKeyArray) -> Float[Array, "d d"]:
+        """A Haar-uniform orthogonal U."""
+        return jax.random.orthogonal(key, self.d, dtype=self.scales.dtype)
+
+    def sample(self, key: PRNGKeyArray) -> Float[Array, "d d"]:
+        U = self.rotation(key)
+        return U.T @ (self.scales[:, None] ** 2 * U)

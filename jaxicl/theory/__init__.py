@@ -1,5 +1,5 @@
 """Closed-form predictions and weight constructions, one module per paper."""
 
-from . import zhang
+from . import ahn, zhang
 
-__all__ = ["zhang"]
+__all__ = ["ahn", "zhang"]

@@ -1,0 +1,161 @@
+"""Theory of Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD.
+
+Losses here follow jaxicl's convention ½E(ŷ − y_q)²; the paper's f of eq. (5) is twice that.
+
+- Thm 1 (one layer, x ~ N(0, Σ), w ~ N(0, I)): the optimum (8) is b = e_{d+1},
+  A = −[Γ⁻¹; 0] with Γ = ((n+1)/n) Σ + (tr Σ / n) I, up to (b, A) ↦ (γb, A/γ); its loss is
+  ½(tr Σ − tr(Σ² Γ⁻¹)) (derived from the closed form of ``jaxicl.losses.linear_transformer``).
+- Lemma 2: with eq. (9) the prediction after layer i is ⟨x_q, w_i⟩, where w_0 = 0 and
+  w_{i+1} = w_i + A_i ∇R(w_i) (eq. 11), R(w) = (1/2n) Σ_j (wᵀx_j − y_j)² (eq. 10).
+- Thm 4: with w ~ N(0, Σ⁻¹) the set A_i = a_i Σ⁻¹ contains (near-)critical points. In whitened
+  coordinates such a model runs w ↦ w − a_i S̄ (w − w̄*) with S̄ the whitened Gram matrix, so its
+  loss ½E Σ_k Π_i (1 − a_i λ_k(S̄))² depends on a, d and n only (:func:`thm4_family_loss`).
+- Baselines: L-step GD with its best constant step, L-step GD preconditioned by Σ⁻¹ (best constant
+  step), and ordinary least squares.
+- Dist(M, I) = min_α ‖M − αI‖_F / ‖M‖_F (§5.3).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ..models.linear_transformer import LinearTransformer
+from ..tasks.linear_regression import Prompt
+
+
+def gamma(Sigma: Float[Array, "d d"], n) -> Float[Array, "d d"]:
+    """Γ = ((n+1)/n) Σ + (tr Σ / n) I  (Thm 1, eq. 8 after rotation)."""
+    Sigma = jnp.asarray(Sigma)
+    return (n + 1) / n * Sigma + jnp.trace(Sigma) / n * jnp.eye(Sigma.shape[0], dtype=Sigma.dtype)
+
+
+def thm1_optimum(Sigma, n) -> tuple[Float[Array, " D"], Float[Array, "D d"]]:
+    """(b, A) of eq. (8): b = e_{d+1}, A = −[Γ⁻¹; 0]."""
+    Sigma = jnp.asarray(Sigma)
+    d = Sigma.shape[0]
+    b = jnp.zeros(d + 1, Sigma.dtype).at[d].set(1.0)
+    A = jnp.zeros((d + 1, d), Sigma.dtype).at[:d].set(-jnp.linalg.inv(gamma(Sigma, n)))
+    return b, A
+
+
+def thm1_model(Sigma, n) -> LinearTransformer:
+    """The single-layer transformer (7) at the optimum (8)."""
+    return LinearTransformer.single_layer(*thm1_optimum(Sigma, n))
+
+
+def thm1_min_loss(Sigma, n) -> Float[Array, ""]:
+    """½(tr Σ − tr(Σ² Γ⁻¹)): the loss at the optimum (8) (half the paper's f)."""
+    Sigma = jnp.asarray(Sigma)
+    return 0.5 * (jnp.trace(Sigma) - jnp.trace(Sigma @ Sigma @ jnp.linalg.inv(gamma(Sigma, n))))
+
+
+def dist_to_identity(M: Float[Array, "... d d"]) -> Float[Array, "..."]:
+    """Dist(M, I) = ‖M − αI‖_F / ‖M‖_F with α = tr(M)/d (Ahn et al. §5.3)."""
+    d = M.shape[-1]
+    alpha = jnp.trace(M, axis1=-2, axis2=-1) / d
+    resid = M - alpha[..., None, None] * jnp.eye(d, dtype=M.dtype)
+    return jnp.linalg.norm(resid, axis=(-2, -1)) / jnp.linalg.norm(M, axis=(-2, -1))
+
+
+def sqrtm_psd(Sigma: Float[Array, "d d"]) -> Float[Array, "d d"]:
+    """Σ^{1/2} of a symmetric positive-definite matrix."""
+    lam, V = jnp.linalg.eigh(Sigma)
+    return (V * jnp.sqrt(lam)) @ V.T
+
+
+def least_squares_gradient(prompt: Prompt, w: Float[Array, " d"]) -> Float[Array, " d"]:
+    """∇R(w) = (1/n) Σ_j x_j (x_jᵀ w − y_j) of eq. (10)."""
+    return prompt.x.T @ (prompt.x @ w - prompt.y) / prompt.x.shape[0]
+
+
+def preconditioned_gd_iterates(prompt: Prompt, A: Float[Array, "L d d"]) -> Float[Array, "L+1 d"]:
+    """w_0 = 0, w_{i+1} = w_i + A_i ∇R(w_i) (eq. 11). Lemma 2: ⟨x_q, w_i⟩ is the transformer's
+    prediction after layer i for the parametrization (9)."""
+
+    def step(w, Ai):
+        w = w + Ai @ least_squares_gradient(prompt, w)
+        return w, w
+
+    w0 = jnp.zeros(prompt.x.shape[-1], prompt.x.dtype)
+    _, ws = jax.lax.scan(step, w0, A)
+    return jnp.concatenate([w0[None], ws])
+
+
+def gd_prediction(prompt: Prompt, step, n_steps: int, preconditioner=None) -> Float[Array, ""]:
+    """⟨x_q, w_L⟩ after ``n_steps`` of w ← w − step · H ∇R(w) from w = 0 (H = I or ``preconditioner``)."""
+    d = prompt.x.shape[-1]
+    H = jnp.eye(d, dtype=prompt.x.dtype) if preconditioner is None else preconditioner
+    A = jnp.broadcast_to(-step * H, (n_steps, d, d))
+    return preconditioned_gd_iterates(prompt, A)[-1] @ prompt.x_query
+
+
+def _half_mse(pred, y):
+    return 0.5 * jnp.mean((pred - y) ** 2)
+
+
+def gd_loss(prompts: Prompt, step, n_steps: int, preconditioner=None) -> Float[Array, ""]:
+    """½ mean (ŷ − y_q)² of L-step (preconditioned) GD over a batch of prompts."""
+    pred = jax.vmap(lambda p: gd_prediction(p, step, n_steps, preconditioner))(prompts)
+    return _half_mse(pred, prompts.y_query)
+
+
+def best_gd_step(prompts: Prompt, n_steps: int, preconditioner=None, n_grid: int = 64, n_refine: int = 3) -> Float[Array, ""]:
+    """The constant step minimizing :func:`gd_loss` on ``prompts``: a log-spaced grid over
+    [1e-3, 10] / λ_max-scale, then ``n_refine`` rounds of a finer grid around the best point."""
+    losses_at = jax.vmap(lambda s: gd_loss(prompts, s, n_steps, preconditioner))
+    grid = jnp.logspace(-3, 1, n_grid, dtype=prompts.x.dtype)
+    for _ in range(n_refine + 1):
+        values = losses_at(grid)
+        values = jnp.where(jnp.isfinite(values), values, jnp.inf)
+        i = jnp.argmin(values)
+        lo, hi = grid[jnp.maximum(i - 1, 0)], grid[jnp.minimum(i + 1, n_grid - 1)]
+        best = grid[i]
+        grid = jnp.linspace(lo, hi, n_grid)
+    return best
+
+
+def ols_prediction(prompt: Prompt) -> Float[Array, ""]:
+    """⟨x_q, ŵ⟩ with ŵ the minimum-norm least-squares solution on the context."""
+    w = jnp.linalg.pinv(prompt.x) @ prompt.y
+    return w @ prompt.x_query
+
+
+def ols_loss(prompts: Prompt) -> Float[Array, ""]:
+    return _half_mse(jax.vmap(ols_prediction)(prompts), prompts.y_query)
+
+
+def whitened_gram_eigenvalues(key: PRNGKeyArray, d: int, n: int, batch: int, dtype=None) -> Float[Array, "batch d"]:
+    """Eigenvalues of S̄ = (1/n) Σ_j x̄_j x̄_jᵀ, x̄_j ~ N(0, I_d): a Monte-Carlo sample."""
+    dtype = dtype or jnp.result_type(float)
+    X = jax.random.normal(key, (batch, n, d), dtype)
+    return jnp.linalg.eigvalsh(jnp.einsum("bni,bnj->bij", X, X) / n)
+
+
+def thm4_family_loss(a: Float[Array, " L"], eigenvalues: Float[Array, "batch d"]) -> Float[Array, ""]:
+    """½E Σ_k Π_i (1 − a_i λ_k)²: the loss of A_i = −a_i Σ⁻¹ (eq. 9, w ~ N(0, Σ⁻¹)), any Σ,
+    estimated with a sample of whitened Gram eigenvalues (:func:`whitened_gram_eigenvalues`)."""
+    p = jnp.prod(1 - a[:, None, None] * eigenvalues[None], axis=0)
+    return 0.5 * jnp.mean(jnp.sum(p**2, axis=-1))
+
+
+def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
+    """argmin_a and min of :func:`thm4_family_loss` (L-BFGS from a = (1, …, 1)·0.5)."""
+    import optax
+
+    def f(a):
+        return thm4_family_loss(a, eigenvalues)
+
+    solver = optax.lbfgs()
+    a0 = jnp.full((n_layers,), 0.5, eigenvalues.dtype)
+    vg = optax.value_and_grad_from_state(f)
+
+    def body(carry, _):
+        a, st = carry
+        v, g = vg(a, state=st)
+        u, st = solver.update(g, st, a, value=v, grad=g, value_fn=f)
+        return (optax.apply_updates(a, u), st), v
+
+    (a, _), _ = jax.lax.scan(body, (a0, solver.init(a0)), None, length=n_steps)
+    return a, f(a)
