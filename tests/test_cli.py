@@ -1,4 +1,4 @@
-"""`jaxicl list` and `jaxicl reproduce zhang2023 --quick`: every check passes and the report is written."""
+"""`jaxicl list` and `jaxicl reproduce <paper> --quick`: every check passes and the report is written."""
 
 
 
@@ -31,3 +31,20 @@ def test_reproduce_zhang2023_quick_passes_every_check(tmp_path):
 
     ds = xr.open_dataset(tmp_path / "zhang2023" / "thm42.nc", engine="h5netcdf")
     assert set(ds.dims) == {"case", "N", "M"}
+
+
+def test_reproduce_ahn2023_quick_passes_every_check(tmp_path):
+    from jaxicl.experiments import reproduce
+
+    (res,) = reproduce(["ahn2023"], size="quick", out=tmp_path)
+    failed = [(c.claim, c.predicted, c.simulated) for c in res.checks if c.passed is False]
+    assert not failed
+    assert sum(c.passed is True for c in res.checks) >= 15
+    report = (tmp_path / "report.md").read_text()
+    for rel in res.figures + res.data:
+        assert (tmp_path / rel).stat().st_size > 0
+        assert rel in report
+    import xarray as xr
+
+    ds = xr.open_dataset(tmp_path / "ahn2023" / "depth.nc", engine="h5netcdf")
+    assert set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}

@@ -16,5 +16,17 @@ def test_notebook_executes(path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    CHECKS[path.stem](text)
+
+
+def _zhang(text):
     rel = float(text.split("Γ^{-1}:")[1].split()[0])
     assert rel <= 1e-6  # the notebook's flow reached W*
+
+
+def _ahn(text):
+    gap = float(text.split("Thm 1 gap:")[1].split()[0])
+    assert abs(gap) <= 1e-8  # the notebook's flow reached the optimum (8)
+
+
+CHECKS = {"zhang2023": _zhang, "ahn2023": _ahn}

@@ -15,6 +15,25 @@ def test_readme_example_runs():
     assert ns["sol"].losses[-1] < ns["sol"].losses[0]
 
 
+
+def test_readme_linear_transformer_example_runs():
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    code = re.search(r"## Multi-layer linear transformers.*?\n\n```python\n(.*?)```", text, re.S).group(1)
+    ns = {}
+    exec(compile(first.split("sol =")[0], "README.md", "exec"), ns)
+    exec(compile(code, "README.md", "exec"), ns)
+    assert ns["fit"].losses[-1] < 0.2 * ns["fit"].losses[0]
+
+
+@pytest.mark.slow
+def test_reproduce_ahn2023_full_passes_every_check(tmp_path):
+    from jaxicl.experiments import reproduce
+
+    (res,) = reproduce(["ahn2023"], size="full", out=tmp_path)
+    assert all(c.passed is not False for c in res.checks)
+
+
 @pytest.mark.slow
 def test_reproduce_zhang2023_full_passes_every_check(tmp_path):
     from jaxicl.experiments import reproduce

@@ -12,6 +12,7 @@ from .report import Check, PaperResult, render_markdown
 # name -> (module, one-line description); later issues add their papers here.
 REPRODUCTIONS = {
     "zhang2023": ("jaxicl.experiments.zhang2023", "Zhang, Frei & Bartlett: one-layer LSA trained by gradient flow"),
+    "ahn2023": ("jaxicl.experiments.ahn2023", "Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD"),
 }
 
 

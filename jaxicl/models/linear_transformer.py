@@ -379,7 +379,7 @@ class LinearTransformer(eqx.Module):
         dtype=None,
         **kw,
     ):
-        """Every free parameter iid N(0, scale²) (B_ℓ of eq. 13 start at I + N(0, scale²))."""
+        """Every free parameter iid N(0, scale²) ("suitably scaled iid Gaussian", Ahn et al. §5.3, §6.1)."""
         if int(d) < 1 or int(n_layers) < 1 or int(heads) < 1:
             raise ValueError(f"init needs d, n_layers, heads >= 1; got d={d}, n_layers={n_layers}, heads={heads}.")
         if parametrization not in PARAMETRIZATIONS:
@@ -402,7 +402,7 @@ class LinearTransformer(eqx.Module):
         if parametrization == "preconditioner":
             return cls.preconditioner(g(k1, (L, D - 1, D - 1)), **kw)
         if parametrization == "block":
-            return cls.block(g(k1, (L, D - 1, D - 1)), jnp.eye(D - 1, dtype=dtype) + g(k2, (L, D - 1, D - 1)), **kw)
+            return cls.block(g(k1, (L, D - 1, D - 1)), g(k2, (L, D - 1, D - 1)), **kw)
         return cls.restricted(g(k1, (L, D - 1, D - 1)), g(k2, (L, D - 1)), **kw)
 
     # --- structure -----------------------------------------------------------------------------

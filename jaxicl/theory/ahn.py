@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..models.linear_transformer import LinearTransformer
@@ -83,11 +84,17 @@ def preconditioned_gd_iterates(prompt: Prompt, A: Float[Array, "L d d"]) -> Floa
     return jnp.concatenate([w0[None], ws])
 
 
-def gd_prediction(prompt: Prompt, step, n_steps: int, preconditioner=None) -> Float[Array, ""]:
-    """⟨x_q, w_L⟩ after ``n_steps`` of w ← w − step · H ∇R(w) from w = 0 (H = I or ``preconditioner``)."""
+def gd_prediction(prompt: Prompt, step, n_steps, preconditioner=None, max_steps: int | None = None) -> Float[Array, ""]:
+    """⟨x_q, w_L⟩ after ``n_steps`` of w ← w − step · H ∇R(w) from w = 0 (H = I or ``preconditioner``).
+
+    With ``max_steps`` (static) ``n_steps`` may be traced: steps ≥ ``n_steps`` are skipped. Context
+    examples that are all zeros do not change ∇R except for its 1/n, i.e. the step size, so a
+    prompt padded with zero rows gives the same *best-step* loss as the shorter prompt."""
     d = prompt.x.shape[-1]
     H = jnp.eye(d, dtype=prompt.x.dtype) if preconditioner is None else preconditioner
-    A = jnp.broadcast_to(-step * H, (n_steps, d, d))
+    max_steps = int(n_steps) if max_steps is None else int(max_steps)
+    active = (jnp.arange(max_steps) < n_steps).astype(prompt.x.dtype)
+    A = -step * active[:, None, None] * H[None]
     return preconditioned_gd_iterates(prompt, A)[-1] @ prompt.x_query
 
 
@@ -95,16 +102,17 @@ def _half_mse(pred, y):
     return 0.5 * jnp.mean((pred - y) ** 2)
 
 
-def gd_loss(prompts: Prompt, step, n_steps: int, preconditioner=None) -> Float[Array, ""]:
+def gd_loss(prompts: Prompt, step, n_steps, preconditioner=None, max_steps: int | None = None) -> Float[Array, ""]:
     """½ mean (ŷ − y_q)² of L-step (preconditioned) GD over a batch of prompts."""
-    pred = jax.vmap(lambda p: gd_prediction(p, step, n_steps, preconditioner))(prompts)
+    pred = jax.vmap(lambda p: gd_prediction(p, step, n_steps, preconditioner, max_steps))(prompts)
     return _half_mse(pred, prompts.y_query)
 
 
-def best_gd_step(prompts: Prompt, n_steps: int, preconditioner=None, n_grid: int = 64, n_refine: int = 3) -> Float[Array, ""]:
+def best_gd_step(prompts: Prompt, n_steps, preconditioner=None, max_steps: int | None = None,
+                 n_grid: int = 48, n_refine: int = 3) -> Float[Array, ""]:
     """The constant step minimizing :func:`gd_loss` on ``prompts``: a log-spaced grid over
-    [1e-3, 10] / λ_max-scale, then ``n_refine`` rounds of a finer grid around the best point."""
-    losses_at = jax.vmap(lambda s: gd_loss(prompts, s, n_steps, preconditioner))
+    [1e-3, 10], then ``n_refine`` rounds of a finer grid around the best point."""
+    losses_at = jax.vmap(lambda s: gd_loss(prompts, s, n_steps, preconditioner, max_steps))
     grid = jnp.logspace(-3, 1, n_grid, dtype=prompts.x.dtype)
     for _ in range(n_refine + 1):
         values = losses_at(grid)
@@ -141,14 +149,15 @@ def thm4_family_loss(a: Float[Array, " L"], eigenvalues: Float[Array, "batch d"]
 
 
 def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
-    """argmin_a and min of :func:`thm4_family_loss` (L-BFGS from a = (1, …, 1)·0.5)."""
+    """argmin_a and min of :func:`thm4_family_loss` (L-BFGS from a spread start: the loss is
+    symmetric in the a_i, so a start with equal entries would stay on the diagonal a_i = a)."""
     import optax
 
     def f(a):
         return thm4_family_loss(a, eigenvalues)
 
     solver = optax.lbfgs()
-    a0 = jnp.full((n_layers,), 0.5, eigenvalues.dtype)
+    a0 = jnp.linspace(0.3, 1.5, n_layers, dtype=eigenvalues.dtype)
     vg = optax.value_and_grad_from_state(f)
 
     def body(carry, _):
@@ -159,3 +168,25 @@ def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
 
     (a, _), _ = jax.lax.scan(body, (a0, solver.init(a0)), None, length=n_steps)
     return a, f(a)
+
+
+def off_diagonal_mass(A: Float[Array, "... d d"]) -> Float[Array, "..."]:
+    """‖A − diag(A)‖_F / ‖A‖_F (Thm 3: the two-layer isotropic optimum is diagonal)."""
+    diag = jnp.eye(A.shape[-1], dtype=A.dtype) * A
+    return jnp.linalg.norm(A - diag, axis=(-2, -1)) / jnp.linalg.norm(A, axis=(-2, -1))
+
+
+def sign_symmetrized(prompts: Prompt) -> Prompt:
+    """Every prompt under all 2^d coordinate sign flips x ↦ s∘x (labels unchanged, w ↦ s∘w).
+
+    For isotropic data the population is invariant under these flips; a training set closed under
+    them makes the sample loss invariant under A_i ↦ D A_i D too, the symmetry that Thm 3's proof
+    averages over. (B prompts become 2^d B.)"""
+    d = prompts.x.shape[-1]
+    signs = jnp.asarray(np.array(np.meshgrid(*[[1.0, -1.0]] * d, indexing="ij")).reshape(d, -1).T, prompts.x.dtype)
+
+    def flip(s):
+        return Prompt(prompts.x * s, prompts.y, prompts.x_query * s, prompts.y_query)
+
+    flipped = jax.vmap(flip)(signs)
+    return jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), flipped)

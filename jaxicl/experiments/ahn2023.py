@@ -1,0 +1,511 @@
+"""Reproduction of Ahn, Cheng, Daneshmand & Sra (2023), *Transformers learn to implement
+preconditioned gradient descent for in-context learning*.
+
+Exact checks (Lemma 2, Thm 1, Thm 3) run in float64; the training experiments of §5.3, §6.1 and
+the depth / context comparisons run in float32 on fixed training sets, several seeds vmapped
+together, with the Gram-form kernel of ``LinearTransformer.predict_gram``. Losses are
+½E(ŷ − y)² (half the paper's f of eq. 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import xarray as xr
+
+from .. import dynamics, losses, tasks
+from ..models import GramBatch, LinearTransformer
+from ..theory import ahn
+from .report import Check, PaperResult, fmt, save_dataset, save_figure
+
+NAME = "ahn2023"
+TITLE = "Transformers learn to implement preconditioned gradient descent (Ahn, Cheng, Daneshmand & Sra)"
+OPTIMIZERS = ("levenberg_marquardt", "lbfgs", "adam")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    d: int = 5
+    n: int = 20
+    n_thm5: int = 10
+    scales: tuple = (1.0, 1.0, 0.5, 0.25, 1.0)
+    n_layers: int = 3
+    train_batch: int = 10_000
+    test_batch: int = 50_000
+    seeds: int = 2
+    init_scale: float = 0.1
+    lm_steps: int = 20
+    lm_steps_thm5: int = 60
+    lbfgs_steps: int = 100
+    adam_steps: int = 200
+    adam_lr: float = 1e-2
+    family_mc: int = 200_000
+    mc_batch: int = 200_000
+    thm3_d: int = 3
+    thm3_base: int = 1024
+    depths: tuple = (1, 2, 3, 4)
+    contexts: tuple = (2, 5, 10, 20)
+    sweep_train_batch: int = 2_000
+    sweep_test_batch: int = 10_000
+    sweep_seeds: int = 2
+    excess_target: float = 0.05  # test loss ≤ (1 + this) × the Thm 4 point's, same prompts
+    dist_target: float = 0.15
+    dist_target_thm5: float = 0.25
+    seed: int = 0
+
+
+SIZES = {
+    "quick": Config(),
+    "full": Config(
+        seeds=5, train_batch=20_000, test_batch=200_000, lm_steps=40, lm_steps_thm5=100, lbfgs_steps=600, adam_steps=5000,
+        family_mc=1_000_000, mc_batch=2_000_000, thm3_d=4, thm3_base=2048,
+        contexts=(2, 4, 6, 8, 10, 12, 14, 16, 18, 20),
+        sweep_train_batch=20_000, sweep_test_batch=100_000, sweep_seeds=5,
+    ),
+}
+
+
+# --- set-up of §5.3 / §6.1 ------------------------------------------------------------------------
+def seed_problem(key, cfg: Config, n: int, parametrization: str = "preconditioner", n_layers=None,
+                 train_batch=None, test_batch=None):
+    """One seed: Σ = UᵀD²U with a fresh U, w ~ N(0, Σ⁻¹), a fixed training set and a test set (both
+    as Gram statistics), and a Gaussian initialization. Returns (Σ, train, test, model)."""
+    k_cov, k_train, k_test, k_init = jax.random.split(key, 4)
+    Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales)).sample(k_cov)
+    task = tasks.LinearRegression(cfg.d, n, tasks.FixedCovariance(Sigma), "inverse_covariance")
+    train = GramBatch.from_prompts(task.sample(k_train, train_batch or cfg.train_batch))
+    test = GramBatch.from_prompts(task.sample(k_test, test_batch or cfg.test_batch))
+    model = LinearTransformer.init(k_init, cfg.d, n_layers or cfg.n_layers, parametrization, scale=cfg.init_scale)
+    return Sigma, train, test, model
+
+
+def distances(model: LinearTransformer, Sigma):
+    """Per layer: Dist(Σ^{1/2}A_iΣ^{1/2}, I) (blue), Dist(A_i, I) (red), and for eq. (13) Dist(B_i, I)."""
+    R = ahn.sqrtm_psd(Sigma)
+    A = model.params.matrices()
+    out = {"blue": ahn.dist_to_identity(R @ A @ R), "red": ahn.dist_to_identity(A)}
+    if hasattr(model.params, "B"):
+        out["dist_B"] = ahn.dist_to_identity(model.params.B)
+    return out
+
+
+def fit(model, train: GramBatch, method: str, n_steps: int, cfg: Config, record=None):
+    """Train on a fixed training set with one of ``OPTIMIZERS``."""
+    if method == "levenberg_marquardt":
+        return dynamics.levenberg_marquardt(
+            lambda m: losses.sample_residuals(m, train), model, n_steps, record=record,
+            jacobian_fn=lambda m: losses.sample_residuals_and_jacobian(m, train))
+    if method == "lbfgs":
+        return dynamics.lbfgs(lambda m: losses.sample_loss(m, train), model, n_steps, record=record)
+    if method == "adam":
+        return dynamics.optax_fit(lambda m: losses.sample_loss(m, train), model, optax.adam(cfg.adam_lr), n_steps, record=record)
+    raise ValueError(f"unknown optimizer {method!r}; choose from {OPTIMIZERS}.")
+
+
+def family_model(Sigma, a):
+    """The Thm 4 point A_i = −a_i Σ⁻¹ (eq. 9)."""
+    return LinearTransformer.preconditioner(-a[:, None, None] * jnp.linalg.inv(Sigma)[None])
+
+
+def _steps(cfg: Config, method: str) -> int:
+    return {"levenberg_marquardt": cfg.lm_steps, "lbfgs": cfg.lbfgs_steps, "adam": cfg.adam_steps}[method]
+
+
+def _median_test(model, test: GramBatch):
+    return jnp.median(0.5 * (model.predict_gram(test) - test.y_query) ** 2)
+
+
+def _stride(n_steps: int) -> int:
+    return max(1, n_steps // 60)
+
+
+def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_star=None):
+    """Train one model per key (vmapped), recording the parameters at every iteration; then the
+    distances at every iteration and the test loss (and its excess over the Thm 4 point ``a_star``,
+    on the same test prompts) at every ``_stride``-th iteration."""
+    n_steps = _steps(cfg, method)
+    stride = _stride(n_steps)
+
+    @jax.jit
+    @jax.vmap
+    def one(key):
+        Sigma, train, test, model = seed_problem(key, cfg, n, parametrization)
+        res = fit(model, train, method, n_steps, cfg, record=lambda m: m.params)
+        traj = jax.vmap(lambda p: eqx.tree_at(lambda m: m.params, model, p))(res.records)
+        dist = jax.vmap(lambda m: distances(m, Sigma))(traj)
+        sub = jax.tree_util.tree_map(lambda a: a[::stride], traj)
+        test_loss = jax.lax.map(lambda m: losses.sample_loss(m, test), sub)
+        final_test = losses.sample_loss(res.params, test)
+        ref = losses.sample_loss(family_model(Sigma, a_star), test) if a_star is not None else jnp.nan
+        return dict(Sigma=Sigma, losses=res.losses, test_loss=test_loss, final_test=final_test, ref_test=ref,
+                    median_test=_median_test(res.params, test), final=res.params, **dist)
+
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(one(keys))
+    return out, stride, time.perf_counter() - t0
+
+
+def _family_optimum(cfg: Config, key, n_layers: int):
+    ev = ahn.whitened_gram_eigenvalues(key, cfg.d, cfg.n, cfg.family_mc)
+    a, loss = ahn.thm4_family_optimum(ev, n_layers)
+    per = 0.5 * jnp.sum(jnp.prod(1 - a[:, None, None] * ev[None], axis=0) ** 2, axis=-1)
+    return a, float(loss), float(jnp.std(per) / jnp.sqrt(per.shape[0]))
+
+
+# --- checks ---------------------------------------------------------------------------------------
+def check_thm1(cfg: Config, key) -> list[Check]:
+    """Thm 1 in float64: optimum (8), its loss, exact loss = Monte Carlo, flow from random init."""
+    d, n = cfg.d, cfg.n
+    Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales, jnp.float64)).sample(key)
+    task = tasks.LinearRegression(d, n, tasks.FixedCovariance(Sigma))
+    opt = ahn.thm1_model(Sigma, n)
+    lmin = float(ahn.thm1_min_loss(Sigma, n))
+    l_opt = float(losses.population_loss(opt, task))
+    checks = [Check("Thm 1: loss at (8) = ½(trΣ − trΣ²Γ⁻¹)", fmt(lmin, 10), fmt(l_opt, 10), "rel 1e-12",
+                    abs(l_opt - lmin) <= 1e-12 * abs(lmin))]
+    k1, k2, k3 = jax.random.split(jax.random.fold_in(key, 1), 3)
+    rand = LinearTransformer.init(k1, d, 1, "full", scale=0.3)
+    noisy = tasks.LinearRegression(d, n, tasks.FixedCovariance(Sigma), noise_std=0.5)
+    exact = float(losses.population_loss(rand, noisy))
+    mc, se = (float(v) for v in losses.mc_loss(rand, noisy, k2, batch=cfg.mc_batch, return_stderr=True))
+    checks.append(Check("one layer, full (P, Q), noise 0.5: exact loss = Monte Carlo", fmt(exact, 6),
+                        f"{mc:.6g} ± {se:.2g}", "3 s.e.", abs(mc - exact) <= 3 * se))
+    init = LinearTransformer.init(k3, d, 1, "single_layer", scale=0.5)
+    sol = dynamics.gradient_flow(lambda m: losses.population_loss(m, task), init, t1=1e5, solver="kvaerno5",
+                                 rtol=1e-10, atol=1e-12, steady_state_tol=1e-11)
+    gap = float(losses.population_loss(sol.final, task)) - lmin
+    b, A = sol.final.params.b, sol.final.params.A
+    gam = float(b[d])
+    target = -np.linalg.inv(np.asarray(ahn.gamma(Sigma, n)))
+    err = float(np.abs(gam * np.asarray(A[:d]) - target).max() / np.abs(target).max())
+    side = max(float(jnp.abs(b[:d]).max()) * abs(1 / gam), float(jnp.abs(A[d]).max()) * abs(gam))
+    checks += [
+        Check("Thm 1: gradient flow from random init → min loss", fmt(lmin, 10), f"gap {gap:.1e}", "gap ≤ 1e-8",
+              -1e-12 <= gap <= 1e-8),
+        Check("Thm 1: γ·A → −Γ⁻¹ (γ = b_{d+1}), b_x → 0, a_y → 0", "0", f"{err:.1e}, {side:.1e}", "rel 1e-4",
+              err <= 1e-4 and side <= 1e-4),
+    ]
+    return checks
+
+
+def check_lemma2(cfg: Config, key) -> list[Check]:
+    d, n, L = cfg.d, cfg.n, 4
+    task = tasks.LinearRegression(d, n, tasks.RandomRotationCovariance(jnp.asarray(cfg.scales, jnp.float64)).sample(key),
+                                  noise_std=0.1)
+    prompts = task.sample(jax.random.fold_in(key, 1), 256)
+    A = 0.3 * jax.random.normal(jax.random.fold_in(key, 2), (L, d, d), jnp.float64)
+    model = LinearTransformer.preconditioner(A)
+    layer = jax.vmap(lambda p: model.layer_predictions(p, attention="direct"))(prompts)
+    gd = jax.vmap(lambda p: ahn.preconditioned_gd_iterates(p, model.params.matrices()) @ p.x_query)(prompts)
+    err = float(jnp.max(jnp.abs(layer - gd)))
+    return [Check("Lemma 2: layer-i prediction = ⟨x_q, w_i^gd⟩ of (11), 4 layers, 256 prompts", "0",
+                  f"{err:.1e}", "abs 1e-10", err <= 1e-10)]
+
+
+def check_thm3(cfg: Config, key) -> tuple[list[Check], dict]:
+    """Two layers, isotropic data, sign-flip-symmetrised training set: A_0, A_1 diagonal."""
+    d, n = cfg.thm3_d, cfg.n
+    task = tasks.LinearRegression(d, n)
+    prompts = ahn.sign_symmetrized(task.sample(key, cfg.thm3_base))
+    data = GramBatch.from_prompts(prompts)
+    model = LinearTransformer.init(jax.random.fold_in(key, 1), d, 2, "preconditioner", scale=0.3, dtype=jnp.float64)
+    res = jax.jit(lambda m: fit(m, data, "levenberg_marquardt", 60, cfg))(model)
+    A = res.params.params.matrices()
+    off = np.asarray(ahn.off_diagonal_mass(A))
+    raw = GramBatch.from_prompts(task.sample(jax.random.fold_in(key, 2), cfg.thm3_base * 2**d))
+    res_raw = jax.jit(lambda m: fit(m, raw, "levenberg_marquardt", 60, cfg))(model)
+    off_raw = np.asarray(ahn.off_diagonal_mass(res_raw.params.params.matrices()))
+    checks = [
+        Check(f"Thm 3: trained A_0, A_1 diagonal (d = {d}, sign-symmetrised set of {prompts.x.shape[0]})",
+              "0", fmt(off, 2), "off-diagonal mass ≤ 1e-6", bool(np.all(off <= 1e-6))),
+        Check("Thm 3, plain (unsymmetrised) training set of the same size", "O(B^{-1/2})", fmt(off_raw, 2), "—", None),
+    ]
+    return checks, {"A": np.asarray(A), "diag": np.asarray(jnp.diagonal(A, axis1=1, axis2=2))}
+
+
+def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False) -> PaperResult:
+    cfg = SIZES[size]
+    out = Path(out)
+    t_start = time.perf_counter()
+    key = jax.random.PRNGKey(cfg.seed)
+    checks, figures, data, notes = [], [], [], []
+    tick = [time.perf_counter()]
+
+    def lap(label):
+        if progress:
+            print(f"  {label}: {time.perf_counter() - tick[0]:.1f} s", flush=True)
+        tick[0] = time.perf_counter()
+
+    with jax.enable_x64(True):
+        checks += check_lemma2(cfg, jax.random.fold_in(key, 1))
+        checks += check_thm1(cfg, jax.random.fold_in(key, 2))
+        lap("Lemma 2, Thm 1")
+        c3, thm3 = check_thm3(cfg, jax.random.fold_in(key, 3))
+        checks += c3
+        lap("Thm 3")
+
+    # Fig. 1–2 (Thm 4) ---------------------------------------------------------------------------
+    a_star, fam_loss, fam_se = _family_optimum(cfg, jax.random.fold_in(key, 4), cfg.n_layers)
+    seed_keys = jax.random.split(jax.random.fold_in(key, 5), cfg.seeds)
+    results = {}
+    for method in OPTIMIZERS:
+        results[method] = train_seeds(cfg, seed_keys, method, "preconditioner", cfg.n, a_star)
+        lap(f"Fig. 1-2 with {method}")
+    lm, stride_lm, _ = results["levenberg_marquardt"]
+    blue, red = np.asarray(lm["blue"][:, -1]), np.asarray(lm["red"][:, -1])
+    excess = np.asarray(lm["final_test"] / lm["ref_test"] - 1)
+    checks += [
+        Check("Thm 4 / Fig. 1: Dist(Σ^½A_iΣ^½, I) at the end, every layer and seed", f"→ 0 (≤ {cfg.dist_target})",
+              fmt(blue.max(axis=0), 3) + " (max over seeds)", f"≤ {cfg.dist_target}", bool(blue.max() <= cfg.dist_target)),
+        Check("Fig. 1: Dist(A_i, I) stays large (not plain GD)", "≫ blue", fmt(red.min(axis=0), 3) + " (min over seeds)",
+              "red ≥ 3 × blue", bool(np.all(red >= 3 * blue))),
+        Check("Fig. 1(d): test loss → the Thm 4 point A_i = −a_i*Σ⁻¹", f"{fam_loss:.4g} ± {fam_se:.1g} (a* = {fmt(a_star, 3)})",
+              fmt(np.asarray(lm["final_test"]), 4) + f" (vs the point: {fmt(100 * excess, 2)} %)",
+              f"≤ {100 * cfg.excess_target:g} % above the point (same test prompts)",
+              bool(np.all(excess <= cfg.excess_target))),
+    ]
+
+    # Fig. 3–4 (Thm 5) ---------------------------------------------------------------------------
+    cfg5 = dataclasses.replace(cfg, n=cfg.n_thm5, lm_steps=cfg.lm_steps_thm5)
+    blk, _, _ = train_seeds(cfg5, seed_keys, "levenberg_marquardt", "block", cfg.n_thm5)
+    lap("Fig. 3-4")
+    dB = np.asarray(blk["dist_B"][:, -1, :-1])  # B_{L-1} does not enter the loss
+    blue5 = np.asarray(blk["blue"][:, -1])
+    R = jax.vmap(ahn.sqrtm_psd)(blk["Sigma"])
+    A5 = blk["final"].params.matrices()
+    normA = np.asarray(jnp.linalg.norm(A5, axis=(-2, -1)))
+    increasing = bool(np.all(np.diff(normA, axis=1) > 0))
+    checks += [
+        Check("Thm 5 / Fig. 3(a,b): Dist(B_i, I), i < L−1", "→ 0", fmt(dB.max(axis=0), 3) + " (max over seeds)",
+              f"≤ {cfg.dist_target_thm5}", bool(dB.max() <= cfg.dist_target_thm5)),
+        Check("Thm 5 / Fig. 3(d–f): Dist(Σ^½A_iΣ^½, I)", "→ 0", fmt(blue5.max(axis=0), 3) + " (max over seeds)",
+              f"≤ {cfg.dist_target_thm5}", bool(blue5.max() <= cfg.dist_target_thm5)),
+        Check("Fig. 4: ‖A_0‖ < ‖A_1‖ < ‖A_2‖", "increasing", fmt(normA.mean(axis=0), 3) + " (mean over seeds)",
+              "every seed", increasing),
+        Check("Fig. 3(c): training loss of (13) at n = 10 → 0", "→ 0",
+              fmt(np.asarray(blk["losses"][:, -1]), 3) + f" (from {fmt(np.asarray(blk['losses'][:, 0]), 3)})", "—", None),
+        Check("(13) on fresh prompts: median vs mean test loss", "—",
+              f"median {fmt(np.asarray(blk['median_test']), 3)}, mean {fmt(np.asarray(blk['final_test']), 3)}",
+              "heavy tail: rare ill-conditioned prompts", None),
+    ]
+
+    # optimizers ---------------------------------------------------------------------------------
+    opt_rows = []
+    for method in OPTIMIZERS:
+        res, stride, seconds = results[method]
+        k = _iterations_to_target(res, stride, cfg)
+        n_steps = _steps(cfg, method)
+        opt_rows.append((method, k, n_steps, seconds))
+    best = min((r for r in opt_rows if r[1] is not None), key=lambda r: r[3] * r[1] / r[2], default=None)
+    notes.append(_optimizer_table(opt_rows, cfg))
+    checks.append(Check("second-order optimizer reaches the Fig. 1 target", "reached", 
+                        "LM: " + (f"{opt_rows[0][1]} iterations" if opt_rows[0][1] is not None else "not reached"),
+                        f"test loss ≤ {1 + cfg.excess_target:g} × point, Dist ≤ {cfg.dist_target}", opt_rows[0][1] is not None))
+    lap("optimizers")
+
+    # depth and context --------------------------------------------------------------------------
+    ds_depth, ds_ctx = depth_and_context_sweeps(cfg, jax.random.fold_in(key, 6))
+    lap("depth and context sweeps")
+    checks += _sweep_checks(ds_depth, ds_ctx)
+
+    # data and figures ---------------------------------------------------------------------------
+    ds_fig1 = _fig_dataset(results, a_star, fam_loss)
+    ds_fig3 = _fig_dataset({"levenberg_marquardt": (blk, _stride(cfg.lm_steps_thm5), 0.0)}, None, None)
+    ds_thm3 = xr.Dataset({"A": (("layer", "i", "j"), thm3["A"])})
+    for nm, ds in (("fig1_thm4", ds_fig1), ("fig3_thm5", ds_fig3), ("thm3", ds_thm3), ("depth", ds_depth), ("context", ds_ctx)):
+        save_dataset(ds, out / NAME / f"{nm}.nc")
+        data.append(f"{NAME}/{nm}.nc")
+    figures += _figures(out, results, blk, R, ds_depth, ds_ctx, fam_loss, cfg)
+    notes.append(
+        f"Σ = UᵀD²U, D = diag{cfg.scales}, a fresh Haar U per seed; d = {cfg.d}, n = {cfg.n} (Fig. 3–4: n = {cfg.n_thm5}); "
+        f"{cfg.seeds} seeds trained together (vmap) on fixed training sets of {cfg.train_batch} prompts; "
+        f"test losses on {cfg.test_batch} fresh prompts per seed. The infimum of the 3-layer (9) loss over the "
+        f"Thm 4 set is {fam_loss:.4g} (½-convention; the paper's f is twice it), so a literal target "
+        "'test loss ≤ 1e-3' is unreachable for this model; the target is a test loss within "
+        f"{100 * cfg.excess_target:g} % of that point's (finite training sets leave a generalization gap of a few 1e-3)."
+    )
+    if best is not None:
+        notes.append(f"Fastest to target: **{best[0]}**.")
+    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
+
+
+def _iterations_to_target(res, stride: int, cfg: Config):
+    """First recorded iteration where every seed has excess test loss ≤ target and every blue
+    Dist ≤ target (None if never)."""
+    excess = np.asarray(res["test_loss"]) / np.asarray(res["ref_test"])[:, None] - 1  # (seed, iter/stride)
+    blue = np.asarray(res["blue"])[:, ::stride]  # (seed, iter/stride, layer)
+    ok = np.all(excess <= cfg.excess_target, axis=0) & np.all(blue <= cfg.dist_target, axis=(0, 2))
+    idx = np.flatnonzero(ok)
+    return None if idx.size == 0 else int(idx[0] * stride)
+
+
+def _optimizer_table(rows, cfg: Config) -> str:
+    lines = [f"Optimizers on the Fig. 1 set-up ({cfg.seeds} seeds together, {cfg.train_batch} training prompts, "
+             "float32; wall times include compilation — see benchmarks/README.md for times after compilation):", "",
+             "| optimizer | iterations to target | iterations run | wall time of the run (s) |", "|---|---|---|---|"]
+    for method, k, n_steps, seconds in rows:
+        lines.append(f"| {method} | {'not reached' if k is None else k} | {n_steps} | {seconds:.1f} |")
+    return "\n".join(lines)
+
+
+# --- depth and context sweeps ---------------------------------------------------------------------
+def _mask_context(prompts, n_ctx):
+    keep = (jnp.arange(prompts.x.shape[1]) < n_ctx).astype(prompts.x.dtype)
+    return eqx.tree_at(lambda p: (p.x, p.y), prompts, (prompts.x * keep[None, :, None], prompts.y * keep[None, :]))
+
+
+def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
+    """One grid point, ``n_ctx`` and ``depth`` traced (prompts padded to ``n_max`` examples and the
+    model to ``max_depth`` layers, with masks): train a depth-``depth`` transformer (eq. 9) by LM
+    and return its test loss (and s.e.) with the test losses of ``depth``-step GD and
+    Σ⁻¹-preconditioned GD (best constant steps, tuned on the training prompts) and OLS."""
+    k_cov, k_train, k_test, k_init = jax.random.split(key, 4)
+    Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales)).sample(k_cov)
+    task = tasks.LinearRegression(cfg.d, n_max, tasks.FixedCovariance(Sigma), "inverse_covariance")
+    ptrain = _mask_context(task.sample(k_train, cfg.sweep_train_batch), n_ctx)
+    ptest = _mask_context(task.sample(k_test, cfg.sweep_test_batch), n_ctx)
+    train, test = GramBatch.from_prompts(ptrain, n_ctx), GramBatch.from_prompts(ptest, n_ctx)
+    model = LinearTransformer.init(k_init, cfg.d, max_depth, "preconditioner", scale=cfg.init_scale)
+    model = LinearTransformer(model.params, depth=depth)
+    res = fit(model, train, "levenberg_marquardt", cfg.lm_steps, cfg)
+    sq = 0.5 * (res.params.predict_gram(test) - test.y_query) ** 2
+    Sinv = jnp.linalg.inv(Sigma)
+    s_gd = ahn.best_gd_step(ptrain, depth, max_steps=max_depth)
+    s_pgd = ahn.best_gd_step(ptrain, depth, Sinv, max_steps=max_depth)
+    return (jnp.mean(sq), jnp.std(sq) / jnp.sqrt(sq.shape[0]), ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
+            ahn.gd_loss(ptest, s_pgd, depth, Sinv, max_steps=max_depth), ahn.ols_loss(ptest))
+
+
+def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
+    """Depth L = 1…4 at n = cfg.n, and context n = 2…20 at L = cfg.n_layers, × seeds: all points in
+    one compiled program (layers padded to the largest depth, examples to the longest context)."""
+    keys = jax.random.split(key, cfg.sweep_seeds)
+    n_max, max_depth = max(cfg.n, *cfg.contexts), max(cfg.n_layers, *cfg.depths)
+    ns = np.array([cfg.n] * len(cfg.depths) + list(cfg.contexts))
+    depths = np.array(list(cfg.depths) + [cfg.n_layers] * len(cfg.contexts))
+    point = jax.vmap(lambda n, L, k: _sweep_point(k, cfg, n, L, n_max, max_depth), (None, None, 0))
+    grid = jax.jit(jax.vmap(point, (0, 0, None)))
+    out = [np.asarray(a) for a in grid(jnp.asarray(ns), jnp.asarray(depths), keys)]
+    names = ("transformer", "transformer_se", "gd", "preconditioned_gd", "ols")
+    nd = len(cfg.depths)
+
+    def dataset(sl, dim, values, attrs):
+        return xr.Dataset({k: ((dim, "seed"), v[sl]) for k, v in zip(names, out)}, coords={dim: np.asarray(values)}, attrs=attrs)
+
+    return (dataset(slice(0, nd), "depth", cfg.depths, {"n": cfg.n}),
+            dataset(slice(nd, None), "n", cfg.contexts, {"layers": cfg.n_layers}))
+
+
+def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset) -> list[Check]:
+    checks = []
+    for ds, dim in ((ds_depth, "depth"), (ds_ctx, "n")):
+        tf = ds.transformer.mean("seed").values
+        pgd = ds.preconditioned_gd.mean("seed").values
+        gd = ds.gd.mean("seed").values
+        se = np.sqrt((ds.transformer_se**2).mean("seed").values / ds.seed.size)
+        ok = bool(np.all(tf <= pgd * 1.02 + 3 * se))
+        checks.append(Check(f"trained transformer ≤ Σ⁻¹-preconditioned GD, every {dim}",
+                            "TF ≤ PGD", f"TF {fmt(tf, 3)} vs PGD {fmt(pgd, 3)}", "2% + 3 s.e. (finite training set)", ok))
+        checks.append(Check(f"Σ⁻¹-preconditioned GD ≤ plain GD (best steps), every {dim}", "PGD ≤ GD",
+                            f"GD {fmt(gd, 3)}", "—", bool(np.all(pgd <= gd * 1.02))))
+    tf_depth = ds_depth.transformer.mean("seed").values
+    checks.append(Check("test loss decreases with depth", "decreasing", fmt(tf_depth, 3), "—", bool(np.all(np.diff(tf_depth) < 0))))
+    return checks
+
+
+def _fig_dataset(results, a_star, fam_loss):
+    data_vars = {}
+    for method, (res, stride, seconds) in results.items():
+        it = f"iteration_{method}"
+        data_vars[f"loss_{method}"] = (("seed", it), np.asarray(res["losses"]))
+        data_vars[f"blue_{method}"] = (("seed", it, "layer"), np.asarray(res["blue"]))
+        data_vars[f"red_{method}"] = (("seed", it, "layer"), np.asarray(res["red"]))
+        if "dist_B" in res:
+            data_vars[f"dist_B_{method}"] = (("seed", it, "layer"), np.asarray(res["dist_B"]))
+        data_vars[f"test_loss_{method}"] = (("seed", f"tested_{method}"), np.asarray(res["test_loss"]))
+        data_vars[f"final_test_{method}"] = ("seed", np.asarray(res["final_test"]))
+    ds = xr.Dataset(data_vars)
+    if a_star is not None:
+        ds.attrs.update(a_star=np.asarray(a_star), family_loss=fam_loss)
+    return ds
+
+
+def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    lm = results["levenberg_marquardt"][0]
+    L = cfg.n_layers
+    fig, axes = plt.subplots(1, L + 1, figsize=(4 * (L + 1), 3.4), layout="constrained")
+    for i in range(L):
+        for res, style, label in ((lm, "-", "LM"), (results["lbfgs"][0], ":", "L-BFGS")):
+            it = np.arange(np.asarray(res["blue"]).shape[1])
+            axes[i].plot(it, np.asarray(res["blue"])[:, :, i].mean(0), style, color="tab:blue", label=f"Dist(Σ½AΣ½, I) {label}")
+            axes[i].plot(it, np.asarray(res["red"])[:, :, i].mean(0), style, color="tab:red", label=f"Dist(A, I) {label}")
+        axes[i].set(xscale="log", xlabel="iteration", title=f"layer {i}", ylim=(0, 1))
+    axes[0].legend(fontsize=7)
+    for method, res in ((m, results[m][0]) for m in OPTIMIZERS):
+        axes[L].loglog(np.arange(1, np.asarray(res["losses"]).shape[1] + 1), np.asarray(res["losses"]).mean(0), label=method)
+    axes[L].axhline(fam_loss, color="k", ls="--", label="Thm 4 point (population)")
+    axes[L].set(xlabel="iteration", ylabel="training loss", title="loss (mean over seeds)")
+    axes[L].legend(fontsize=7)
+    fig.suptitle(f"Fig. 1: 3-layer (9), {cfg.seeds} seeds")
+    paths.append(_save(fig, out, "fig1_thm4.png"))
+
+    # Fig. 2: heat maps of Σ^½ A_i Σ^½ (seed 0) and Fig. 4: B_i, A_i of (13)
+    Rs = jax.vmap(ahn.sqrtm_psd)(lm["Sigma"])
+    A = lm["final"].params.matrices()
+    fig, axes = plt.subplots(2, L, figsize=(3.2 * L, 6), layout="constrained")
+    for i in range(L):
+        M = np.asarray(Rs[0] @ A[0, i] @ Rs[0])
+        im = axes[0, i].imshow(M, cmap="RdBu_r", vmin=-np.abs(M).max(), vmax=np.abs(M).max())
+        axes[0, i].set_title(f"Fig. 2: Σ½A_{i}Σ½")
+        fig.colorbar(im, ax=axes[0, i], shrink=0.8)
+        A5 = np.asarray(blk["final"].params.matrices()[0, i])
+        vmax = np.abs(np.asarray(blk["final"].params.matrices()[0])).max()
+        im = axes[1, i].imshow(A5, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        axes[1, i].set_title(f"Fig. 4: A_{i} of (13) (shared scale)")
+        fig.colorbar(im, ax=axes[1, i], shrink=0.8)
+    paths.append(_save(fig, out, "fig2_fig4_weights.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    it = np.arange(np.asarray(blk["blue"]).shape[1])
+    for i in range(L - 1):
+        axes[0].plot(it, np.asarray(blk["dist_B"])[:, :, i].mean(0), label=f"Dist(B_{i}, I)")
+    for i in range(L):
+        axes[0].plot(it, np.asarray(blk["blue"])[:, :, i].mean(0), "--", label=f"Dist(Σ½A_{i}Σ½, I)")
+    axes[0].set(xlabel="LM iteration", ylim=(0, 1), title=f"Fig. 3: eq. (13), n = {cfg.n_thm5}")
+    axes[0].legend(fontsize=7)
+    axes[1].semilogy(it, np.asarray(blk["losses"]).mean(0))
+    axes[1].set(xlabel="LM iteration", ylabel="training loss", title="Fig. 3(c)")
+    paths.append(_save(fig, out, "fig3_thm5.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    for ax, ds, dim, label in ((axes[0], ds_depth, "depth", "layers / steps L"), (axes[1], ds_ctx, "n", "context length n")):
+        x = ds[dim].values
+        for var, name in (("transformer", "trained transformer (9)"), ("preconditioned_gd", "Σ⁻¹-preconditioned GD"),
+                          ("gd", "GD (best step)"), ("ols", "OLS")):
+            v = ds[var].values
+            se = v.std(axis=1, ddof=1) / np.sqrt(v.shape[1]) if v.shape[1] > 1 else 0 * v[:, 0]
+            ax.errorbar(x, v.mean(1), yerr=2 * se, marker="o", ms=3, capsize=2, label=name)
+        ax.set(yscale="log", xlabel=label, ylabel="test loss ½E(ŷ−y)² (±2 s.e. over seeds)")
+        ax.legend(fontsize=7)
+    axes[0].set_title(f"depth, n = {cfg.n}")
+    axes[1].set_title(f"context, L = {cfg.n_layers}")
+    paths.append(_save(fig, out, "depth_context.png"))
+    return paths
+
+
+def _save(fig, out, name):
+    save_figure(fig, Path(out) / NAME / name)
+    return f"{NAME}/{name}"
