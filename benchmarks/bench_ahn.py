@@ -82,7 +82,7 @@ def loss_grad_bench(repeats: int):
     print("|---|---|---|---|---|")
     rows = {}
     for name, (fn, data) in variants.items():
-        f = jax.jit(eqx.filter_value_and_grad(fn))
+        f = jax.jit(lambda m, x, fn=fn: eqx.filter_value_and_grad(fn)(m, x))
         t = median_time(f, model, data, repeats=repeats)
         fl = flops(f, model, data)
         rows[name] = t

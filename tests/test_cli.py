@@ -1,6 +1,6 @@
 """`jaxicl list` and `jaxicl reproduce <paper> --quick`: every check passes and the report is written."""
 
-
+import pytest
 
 from jaxicl import cli
 
@@ -15,13 +15,22 @@ def test_unknown_name_is_an_error(capsys):
     assert "unknown reproduction" in capsys.readouterr().err
 
 
-def test_reproduce_zhang2023_quick_passes_every_check(tmp_path):
+# paper -> (minimum number of passed checks, a data file, variables or dimensions it must hold)
+PAPERS = {
+    "zhang2023": (18, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
+    "ahn2023": (15, "depth.nc", lambda ds: set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}),
+}
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_reproduce_quick_passes_every_check(paper, tmp_path):
     from jaxicl.experiments import reproduce
 
-    (res,) = reproduce(["zhang2023"], size="quick", out=tmp_path)
+    min_passed, nc, holds = PAPERS[paper]
+    (res,) = reproduce([paper], size="quick", out=tmp_path)
     failed = [(c.claim, c.predicted, c.simulated) for c in res.checks if c.passed is False]
     assert not failed
-    assert sum(c.passed is True for c in res.checks) >= 18
+    assert sum(c.passed is True for c in res.checks) >= min_passed
     report = (tmp_path / "report.md").read_text()
     assert "| claim | predicted | simulated | tolerance | result |" in report
     for rel in res.figures + res.data:
@@ -29,22 +38,4 @@ def test_reproduce_zhang2023_quick_passes_every_check(tmp_path):
         assert rel in report
     import xarray as xr
 
-    ds = xr.open_dataset(tmp_path / "zhang2023" / "thm42.nc", engine="h5netcdf")
-    assert set(ds.dims) == {"case", "N", "M"}
-
-
-def test_reproduce_ahn2023_quick_passes_every_check(tmp_path):
-    from jaxicl.experiments import reproduce
-
-    (res,) = reproduce(["ahn2023"], size="quick", out=tmp_path)
-    failed = [(c.claim, c.predicted, c.simulated) for c in res.checks if c.passed is False]
-    assert not failed
-    assert sum(c.passed is True for c in res.checks) >= 15
-    report = (tmp_path / "report.md").read_text()
-    for rel in res.figures + res.data:
-        assert (tmp_path / rel).stat().st_size > 0
-        assert rel in report
-    import xarray as xr
-
-    ds = xr.open_dataset(tmp_path / "ahn2023" / "depth.nc", engine="h5netcdf")
-    assert set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}
+    assert holds(xr.open_dataset(tmp_path / paper / nc, engine="h5netcdf"))

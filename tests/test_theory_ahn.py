@@ -9,7 +9,7 @@ import pytest
 
 import jaxicl as icl
 from jaxicl.models import GramBatch, LinearTransformer
-from jaxicl.tasks import FixedCovariance, LinearRegression
+from jaxicl.tasks import LinearRegression
 from jaxicl.theory import ahn
 
 from conftest import random_spd

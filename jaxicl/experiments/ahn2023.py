@@ -494,11 +494,13 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     for ax, ds, dim, label in ((axes[0], ds_depth, "depth", "layers / steps L"), (axes[1], ds_ctx, "n", "context length n")):
         x = ds[dim].values
         for var, name in (("transformer", "trained transformer (9)"), ("preconditioned_gd", "Σ⁻¹-preconditioned GD"),
-                          ("gd", "GD (best step)"), ("ols", "OLS")):
+                          ("gd", "GD (best step)"), ("ols", "OLS (noise-free: exact once n ≥ d, off the axis)")):
             v = ds[var].values
             se = v.std(axis=1, ddof=1) / np.sqrt(v.shape[1]) if v.shape[1] > 1 else 0 * v[:, 0]
             ax.errorbar(x, v.mean(1), yerr=2 * se, marker="o", ms=3, capsize=2, label=name)
-        ax.set(yscale="log", xlabel=label, ylabel="test loss ½E(ŷ−y)² (±2 s.e. over seeds)")
+        iterative = np.concatenate([ds[v].values.ravel() for v in ("transformer", "preconditioned_gd", "gd")])
+        ax.set(yscale="log", xlabel=label, ylabel="test loss ½E(ŷ−y)² (±2 s.e. over seeds)",
+               ylim=(0.5 * iterative.min(), 2 * iterative.max()))
         ax.legend(fontsize=7)
     axes[0].set_title(f"depth, n = {cfg.n}")
     axes[1].set_title(f"context, L = {cfg.n_layers}")

@@ -41,7 +41,6 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ..tasks.linear_regression import Prompt, embed
