@@ -42,9 +42,10 @@ class Config:
     seeds: int = 2
     init_scale: float = 0.1
     lm_steps: int = 20
-    lm_steps_thm5: int = 60
-    lbfgs_steps: int = 100
-    adam_steps: int = 200
+    lm_steps_thm5: int = 80
+    restarts_thm5: int = 3
+    lbfgs_steps: int = 80
+    adam_steps: int = 150
     adam_lr: float = 1e-2
     family_mc: int = 200_000
     mc_batch: int = 200_000
@@ -126,10 +127,11 @@ def _stride(n_steps: int) -> int:
     return max(1, n_steps // 60)
 
 
-def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_star=None):
+def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_star=None, restarts: int = 1):
     """Train one model per key (vmapped), recording the parameters at every iteration; then the
     distances at every iteration and the test loss (and its excess over the Thm 4 point ``a_star``,
-    on the same test prompts) at every ``_stride``-th iteration."""
+    on the same test prompts) at every ``_stride``-th iteration. With ``restarts`` > 1 each seed is
+    trained from that many Gaussian inits (vmapped) and the lowest *training* loss is kept."""
     n_steps = _steps(cfg, method)
     stride = _stride(n_steps)
 
@@ -137,7 +139,14 @@ def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_
     @jax.vmap
     def one(key):
         Sigma, train, test, model = seed_problem(key, cfg, n, parametrization)
-        res = fit(model, train, method, n_steps, cfg, record=lambda m: m.params)
+
+        def fit_from(k):
+            m = model if restarts == 1 else LinearTransformer.init(k, cfg.d, cfg.n_layers, parametrization, scale=cfg.init_scale)
+            return fit(m, train, method, n_steps, cfg, record=lambda m: m.params)
+
+        runs = jax.vmap(fit_from)(jax.random.split(jax.random.fold_in(key, 99), restarts))
+        best = jnp.argmin(jnp.where(jnp.isfinite(runs.losses[:, -1]), runs.losses[:, -1], jnp.inf))
+        res = jax.tree_util.tree_map(lambda a: a[best], runs)
         traj = jax.vmap(lambda p: eqx.tree_at(lambda m: m.params, model, p))(res.records)
         dist = jax.vmap(lambda m: distances(m, Sigma))(traj)
         sub = jax.tree_util.tree_map(lambda a: a[::stride], traj)
@@ -251,6 +260,13 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         checks += c3
         lap("Thm 3")
 
+    with jax.enable_x64(False):  # training in float32, whatever the caller's setting
+        _training_sections(cfg, key, out, checks, figures, data, notes, lap, thm3)
+    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
+
+
+def _training_sections(cfg: Config, key, out: Path, checks, figures, data, notes, lap, thm3):
+    """Figs. 1–4, the optimizer comparison and the sweeps (float32), appending to the report lists."""
     # Fig. 1–2 (Thm 4) ---------------------------------------------------------------------------
     a_star, fam_loss, fam_se = _family_optimum(cfg, jax.random.fold_in(key, 4), cfg.n_layers)
     seed_keys = jax.random.split(jax.random.fold_in(key, 5), cfg.seeds)
@@ -274,7 +290,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
 
     # Fig. 3–4 (Thm 5) ---------------------------------------------------------------------------
     cfg5 = dataclasses.replace(cfg, n=cfg.n_thm5, lm_steps=cfg.lm_steps_thm5)
-    blk, _, _ = train_seeds(cfg5, seed_keys, "levenberg_marquardt", "block", cfg.n_thm5)
+    blk, _, _ = train_seeds(cfg5, seed_keys, "levenberg_marquardt", "block", cfg.n_thm5, restarts=cfg.restarts_thm5)
     lap("Fig. 3-4")
     dB = np.asarray(blk["dist_B"][:, -1, :-1])  # B_{L-1} does not enter the loss
     blue5 = np.asarray(blk["blue"][:, -1])
@@ -283,7 +299,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
     normA = np.asarray(jnp.linalg.norm(A5, axis=(-2, -1)))
     increasing = bool(np.all(np.diff(normA, axis=1) > 0))
     checks += [
-        Check("Thm 5 / Fig. 3(a,b): Dist(B_i, I), i < L−1", "→ 0", fmt(dB.max(axis=0), 3) + " (max over seeds)",
+        Check(f"Thm 5 / Fig. 3(a,b): Dist(B_i, I), i < L−1 (best training loss of {cfg.restarts_thm5} inits per seed)", "→ 0", fmt(dB.max(axis=0), 3) + " (max over seeds)",
               f"≤ {cfg.dist_target_thm5}", bool(dB.max() <= cfg.dist_target_thm5)),
         Check("Thm 5 / Fig. 3(d–f): Dist(Σ^½A_iΣ^½, I)", "→ 0", fmt(blue5.max(axis=0), 3) + " (max over seeds)",
               f"≤ {cfg.dist_target_thm5}", bool(blue5.max() <= cfg.dist_target_thm5)),
@@ -333,7 +349,6 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
     )
     if best is not None:
         notes.append(f"Fastest to target: **{best[0]}**.")
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
 
 
 def _iterations_to_target(res, stride: int, cfg: Config):
