@@ -505,8 +505,6 @@ class LinearTransformer(eqx.Module):
 
         Costs about one reverse sweep: per-prompt adjoints of every layer come out of a single
         sweep, and the parametrization's (linear) map to (P, Q) is applied by one GEMM."""
-        import equinox as eqx
-
         pred, dP, dQ = gram_jacobian(*self._gram_args(batch))
         B = pred.shape[0]
         dynamic, static = eqx.partition(self, eqx.is_inexact_array)

@@ -151,22 +151,13 @@ def thm4_family_loss(a: Float[Array, " L"], eigenvalues: Float[Array, "batch d"]
 def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
     """argmin_a and min of :func:`thm4_family_loss` (L-BFGS from a spread start: the loss is
     symmetric in the a_i, so a start with equal entries would stay on the diagonal a_i = a)."""
-    import optax
+    from ..dynamics import lbfgs
 
     def f(a):
         return thm4_family_loss(a, eigenvalues)
 
-    solver = optax.lbfgs()
     a0 = jnp.linspace(0.3, 1.5, n_layers, dtype=eigenvalues.dtype)
-    vg = optax.value_and_grad_from_state(f)
-
-    def body(carry, _):
-        a, st = carry
-        v, g = vg(a, state=st)
-        u, st = solver.update(g, st, a, value=v, grad=g, value_fn=f)
-        return (optax.apply_updates(a, u), st), v
-
-    (a, _), _ = jax.lax.scan(body, (a0, solver.init(a0)), None, length=n_steps)
+    a = lbfgs(f, a0, n_steps).params
     return a, f(a)
 
 
