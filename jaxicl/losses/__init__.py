@@ -11,8 +11,15 @@ from . import lsa_linear  # noqa: F401  (registers LSA × LinearRegression)
 from .lsa_linear import lsa_population_loss
 from . import linear_transformer  # noqa: F401  (registers LinearTransformer × LinearRegression)
 from .linear_transformer import sample_loss, sample_residuals, sample_residuals_and_jacobian
+from . import restricted  # noqa: F401  (registers LinearTransformer × FixedGramRegression)
+from .restricted import GaussianXBatch, fixed_gram_loss, fixed_gram_population_loss, gaussian_x_loss, gaussian_x_mc
 
 __all__ = [
+    "GaussianXBatch",
+    "fixed_gram_loss",
+    "fixed_gram_population_loss",
+    "gaussian_x_loss",
+    "gaussian_x_mc",
     "NoClosedFormError",
     "has_population_loss",
     "lsa_population_loss",

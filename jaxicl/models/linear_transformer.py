@@ -336,6 +336,8 @@ class LinearTransformer(eqx.Module):
         depth = jnp.asarray(max_depth if depth is None else depth, dtype=jnp.int32)
         if _is_concrete(depth) and depth.ndim == 0 and not 0 <= int(depth) <= max_depth:
             raise ValueError(f"depth must lie in [0, max_depth={max_depth}], got {int(depth)}.")
+        if looped and _is_concrete(depth) and depth.ndim == 0 and int(depth) < 1:
+            raise ValueError(f"the loop count of a looped transformer must be >= 1, got {int(depth)}.")
         self.params, self.depth = params, depth
         self.activation, self.looped, self.max_depth = activation, bool(looped), max_depth
 

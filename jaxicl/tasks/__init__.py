@@ -9,8 +9,15 @@ from .covariance import (
     check_orthogonal,
     rotated_covariance,
     gauss_rule_two_nodes,
+    DiscreteScale,
+    RandomSpectrumCovariance,
+    ScalePrior,
+    ScaledIdentityCovariance,
+    UniformScale,
+    WindowedScale,
+    gauss_legendre,
 )
-from .linear_regression import LinearRegression, Prompt, embed
+from .linear_regression import FixedGramRegression, LinearRegression, Prompt, embed
 
 __all__ = [
     "CovariancePrior",
@@ -21,6 +28,14 @@ __all__ = [
     "check_orthogonal",
     "rotated_covariance",
     "gauss_rule_two_nodes",
+    "DiscreteScale",
+    "RandomSpectrumCovariance",
+    "ScalePrior",
+    "ScaledIdentityCovariance",
+    "UniformScale",
+    "WindowedScale",
+    "gauss_legendre",
+    "FixedGramRegression",
     "LinearRegression",
     "Prompt",
     "embed",

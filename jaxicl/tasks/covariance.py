@@ -183,3 +183,189 @@ class RandomRotationCovariance(CovariancePrior):
     def sample(self, key: PRNGKeyArray) -> Float[Array, "d d"]:
         U = self.rotation(key)
         return U.T @ (self.scales[:, None] ** 2 * U)
+
+
+# --- scalar priors and scaled-identity / random-spectrum covariances (Gatmiry et al. §4.2, §5) ----
+def _positive_scalar(x, name: str):
+    if _is_concrete(x) and not float(x) > 0:
+        raise ValueError(f"{name} must be > 0, got {float(x)}.")
+
+
+def gauss_legendre(n_nodes: int, low, high):
+    """Gauss–Legendre nodes and weights for the uniform distribution on [low, high] (weights sum to
+    1): exact for polynomials of degree ≤ 2·n_nodes − 1. ``low``/``high`` may be traced."""
+    x, w = np.polynomial.legendre.leggauss(int(n_nodes))
+    low, high = jnp.asarray(low), jnp.asarray(high)
+    dtype = jnp.result_type(low, high, float)
+    half = (high - low) / 2
+    return (low + half * (jnp.asarray(x, dtype) + 1)), jnp.asarray(w / 2, dtype)
+
+
+class ScalePrior(eqx.Module):
+    """A distribution of a scalar s > 0 (the scale of Σ = s·I). ``quadrature(n)`` returns nodes and
+    weights (summing to 1) that integrate polynomials of degree ≤ 2n − 1 in s exactly."""
+
+    def sample(self, key: PRNGKeyArray) -> Float[Array, ""]:
+        raise NotImplementedError
+
+    def quadrature(self, n_nodes: int = 32) -> tuple[Float[Array, " m"], Float[Array, " m"]]:
+        raise NotImplementedError
+
+    def support(self) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        raise NotImplementedError
+
+
+class UniformScale(ScalePrior):
+    """s ~ Unif[low, high]. ``UniformScale.kappa(κ)`` is Unif[1, κ] (Gatmiry et al. §5, Fig. 1)."""
+
+    low: Float[Array, ""]
+    high: Float[Array, ""]
+
+    def __init__(self, low, high):
+        self.low, self.high = jnp.asarray(low, dtype=float), jnp.asarray(high, dtype=float)
+        _positive_scalar(self.low, "UniformScale.low")
+        if _is_concrete(self.low) and _is_concrete(self.high) and not float(self.high) >= float(self.low):
+            raise ValueError(f"UniformScale needs low <= high, got [{float(self.low)}, {float(self.high)}].")
+
+    @classmethod
+    def kappa(cls, kappa):
+        """Unif[1, κ]; κ ≥ 1 (κ = 1 is the single task s = 1)."""
+        kappa = jnp.asarray(kappa, dtype=float)
+        if _is_concrete(kappa) and not float(kappa) >= 1:
+            raise ValueError(f"the condition-number range κ must be >= 1, got {float(kappa)}.")
+        return cls(1.0, kappa)
+
+    def sample(self, key):
+        return jax.random.uniform(key, (), self.low.dtype, self.low, self.high)
+
+    def quadrature(self, n_nodes: int = 32):
+        return gauss_legendre(n_nodes, self.low, self.high)
+
+    def support(self):
+        return self.low, self.high
+
+
+class DiscreteScale(ScalePrior):
+    """s uniform on {s_1, …, s_k} (Gatmiry et al. §5, D_train), or with ``probs`` a weighted set
+    (zero weights let a sweep pad k to a common length)."""
+
+    values: Float[Array, " k"]
+    probs: Float[Array, " k"]
+
+    def __init__(self, values, probs=None):
+        values = jnp.atleast_1d(jnp.asarray(values, dtype=float))
+        probs = jnp.full(values.shape, 1.0 / values.shape[0], values.dtype) if probs is None else jnp.asarray(probs, values.dtype)
+        if values.ndim != 1 or probs.shape != values.shape:
+            raise ValueError(f"DiscreteScale needs 1-D values and probs of the same shape, got {values.shape}, {probs.shape}.")
+        if _is_concrete(values) and not np.all(np.asarray(values) > 0):
+            raise ValueError(f"DiscreteScale values must be > 0, got {np.asarray(values)}.")
+        if _is_concrete(probs):
+            p = np.asarray(probs)
+            if np.any(p < 0) or abs(p.sum() - 1) > 1e-6:
+                raise ValueError(f"DiscreteScale probs must be >= 0 and sum to 1, got {p}.")
+        self.values, self.probs = values, probs
+
+    def sample(self, key):
+        return jax.random.choice(key, self.values, p=self.probs)
+
+    def quadrature(self, n_nodes: int = 32):
+        del n_nodes  # exact for every degree
+        return self.values, self.probs
+
+    def support(self):
+        big = jnp.finfo(self.values.dtype).max
+        live = self.probs > 0
+        return jnp.min(jnp.where(live, self.values, big)), jnp.max(jnp.where(live, self.values, -big))
+
+
+class WindowedScale(ScalePrior):
+    """s uniform on ∪_i [s_i − w, s_i + w] (Gatmiry et al. §5, D_test; w = 0 is the discrete set).
+
+    Overlapping windows are merged: the density is uniform on the union, not a mixture. Sorted
+    centres split the union into pieces [max(s_i − w, s_{i−1} + w), s_i + w]; a repeated centre
+    gives an empty piece, so padding the centres by repeating one is harmless."""
+
+    centers: Float[Array, " k"]
+    width: Float[Array, ""]
+
+    def __init__(self, centers, width):
+        centers = jnp.sort(jnp.atleast_1d(jnp.asarray(centers, dtype=float)))
+        width = jnp.asarray(width, dtype=centers.dtype)
+        if centers.ndim != 1:
+            raise ValueError(f"WindowedScale centers must be 1-D, got shape {centers.shape}.")
+        if _is_concrete(width) and not float(width) >= 0:
+            raise ValueError(f"the window half-width w must be >= 0, got {float(width)}.")
+        if _is_concrete(width) and _is_concrete(centers) and not float(centers[0]) - float(width) > 0:
+            raise ValueError(
+                f"the window [{float(centers[0]) - float(width):g}, …] leaves (0, ∞): s_min − w must be > 0 "
+                f"(s_min = {float(centers[0]):g}, w = {float(width):g}).")
+        self.centers, self.width = centers, width
+
+    def pieces(self):
+        """Disjoint pieces (lo_i, hi_i) of the union, one per centre (possibly empty)."""
+        prev_hi = jnp.concatenate([jnp.full((1,), -jnp.inf, self.centers.dtype), self.centers[:-1] + self.width])
+        hi = self.centers + self.width
+        lo = jnp.minimum(jnp.maximum(self.centers - self.width, prev_hi), hi)
+        return lo, hi
+
+    def sample(self, key):
+        lo, hi = self.pieces()
+        k1, k2 = jax.random.split(key)
+        length = hi - lo
+        # w = 0: every piece has length 0, pick a centre uniformly
+        p = jnp.where(jnp.sum(length) > 0, length / jnp.maximum(jnp.sum(length), 1e-300), 1.0 / length.shape[0])
+        i = jax.random.choice(k1, length.shape[0], p=p)
+        return lo[i] + length[i] * jax.random.uniform(k2, (), lo.dtype)
+
+    def quadrature(self, n_nodes: int = 32):
+        lo, hi = self.pieces()
+        x, w = gauss_legendre(n_nodes, lo[:, None], hi[:, None])
+        length = hi - lo
+        total = jnp.sum(length)
+        mass = jnp.where(total > 0, length / jnp.maximum(total, 1e-300), 1.0 / length.shape[0])
+        return x.ravel(), (mass[:, None] * w).ravel()
+
+    def support(self):
+        return self.centers[0] - self.width, self.centers[-1] + self.width
+
+
+class ScaledIdentityCovariance(CovariancePrior):
+    """Σ = s·I_d with s drawn from a :class:`ScalePrior` (Gatmiry et al. §5: Σ = sI, s ~ D)."""
+
+    scale: ScalePrior
+    d: int = eqx.field(static=True)
+
+    def __init__(self, d: int, scale: ScalePrior):
+        if int(d) < 1:
+            raise ValueError(f"ScaledIdentityCovariance needs d >= 1, got d={d}.")
+        if not isinstance(scale, ScalePrior):
+            raise TypeError(f"scale must be a ScalePrior (UniformScale, DiscreteScale, WindowedScale), got {type(scale).__name__}.")
+        self.d, self.scale = int(d), scale
+
+    def sample(self, key):
+        s = self.scale.sample(key)
+        return s * jnp.eye(self.d, dtype=s.dtype)
+
+
+class RandomSpectrumCovariance(CovariancePrior):
+    """Σ = Uᵀ diag(λ) U with λ_i iid Unif[α, β] and U Haar-orthogonal: a random member of
+    {α I ≼ Σ ≼ β I} (Gatmiry et al. Definition 1)."""
+
+    alpha: Float[Array, ""]
+    beta: Float[Array, ""]
+    d: int = eqx.field(static=True)
+
+    def __init__(self, d: int, alpha, beta):
+        if int(d) < 1:
+            raise ValueError(f"RandomSpectrumCovariance needs d >= 1, got d={d}.")
+        self.alpha, self.beta = jnp.asarray(alpha, dtype=float), jnp.asarray(beta, dtype=float)
+        _positive_scalar(self.alpha, "alpha")
+        if _is_concrete(self.alpha) and _is_concrete(self.beta) and not float(self.alpha) < float(self.beta):
+            raise ValueError(f"the spectrum interval needs alpha < beta, got alpha={float(self.alpha)}, beta={float(self.beta)}.")
+        self.d = int(d)
+
+    def sample(self, key):
+        k1, k2 = jax.random.split(key)
+        lam = jax.random.uniform(k1, (self.d,), self.alpha.dtype, self.alpha, self.beta)
+        U = jax.random.orthogonal(k2, self.d, dtype=self.alpha.dtype)
+        return U.T @ (lam[:, None] * U)

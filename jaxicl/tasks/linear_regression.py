@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .covariance import CovariancePrior, FixedCovariance, _is_concrete
+from .covariance import CovariancePrior, FixedCovariance, ScaledIdentityCovariance, _is_concrete
 
 WEIGHTS = ("isotropic", "inverse_covariance")
 
@@ -117,4 +117,64 @@ class LinearRegression(eqx.Module):
 
     def sample(self, key: PRNGKeyArray, batch: int) -> Prompt:
         """``batch`` iid prompts (each leaf has a leading batch axis)."""
+        return jax.vmap(self.sample_one)(jax.random.split(key, batch))
+
+
+def _orthonormal_rows(G: Float[Array, "d n"]) -> Float[Array, "d n"]:
+    """Gram–Schmidt (twice, for round-off) on the rows of G (d ≤ n). Plain arithmetic, no LAPACK:
+    QR or Cholesky calls next to another factorisation inside ``lax.scan`` hung XLA:CPU (jax 0.10.2)."""
+    rows = []
+    for i in range(G.shape[0]):
+        v = G[i]
+        for _ in range(2):
+            for r in rows:
+                v = v - (v @ r) * r
+        rows.append(v / jnp.linalg.norm(v))
+    return jnp.stack(rows)
+
+
+class FixedGramRegression(eqx.Module):
+    """The theorems' setting of Gatmiry et al. (§4.2, eq. 9): the empirical covariance
+    Σ = X Xᵀ / n is *given* (drawn from ``covariance``), w* ~ N(0, Σ⁻¹), x_q ~ N(0, Σ), y = Xᵀw*
+    (realizable, noiseless). The paper writes Σ = X Xᵀ with the 1/n of eq. (3) dropped; jaxicl keeps
+    the 1/n in the model, so Σ here is X Xᵀ / n and all of the paper's statements about Σ apply.
+
+    ``sample_one`` builds prompts with X Xᵀ / n = Σ *exactly* (X = √n C R with C Cᵀ = Σ and R with orthonormal
+    rows), so Monte Carlo over prompts estimates the same loss as the exact formula."""
+
+    d: int = eqx.field(static=True)
+    n_context: int = eqx.field(static=True)
+    covariance: CovariancePrior
+
+    def __init__(self, d: int, n_context: int, covariance: CovariancePrior | Array):
+        if int(d) < 1:
+            raise ValueError(f"FixedGramRegression needs d >= 1, got d={d}.")
+        if int(n_context) < int(d):
+            raise ValueError(f"a fixed Gram matrix of rank d needs n_context >= d; got n={n_context}, d={d}.")
+        if not isinstance(covariance, CovariancePrior):
+            covariance = FixedCovariance(covariance)
+        if covariance.d != int(d):
+            raise ValueError(f"covariance is {covariance.d}-dimensional but the task has d={d}.")
+        self.d, self.n_context, self.covariance = int(d), int(n_context), covariance
+
+    def sample_with_weights(self, key: PRNGKeyArray) -> tuple[Prompt, Float[Array, " d"]]:
+        k_lam, k_r, k_w, k_q = jax.random.split(key, 4)
+        Sigma = self.covariance.sample(k_lam)
+        dtype = Sigma.dtype
+        R = _orthonormal_rows(jax.random.normal(k_r, (self.d, self.n_context), dtype))
+        z_w, z_q = jax.random.normal(k_w, (self.d,), dtype), jax.random.normal(k_q, (self.d,), dtype)
+        if isinstance(self.covariance, ScaledIdentityCovariance):  # Σ = s I: no factorisation
+            root = jnp.sqrt(Sigma[0, 0])
+            X, w, x_q = jnp.sqrt(self.n_context) * root * R, z_w / root, root * z_q
+        else:
+            chol = jnp.linalg.cholesky(Sigma)
+            X = jnp.sqrt(self.n_context) * chol @ R  # (d, n): X Xᵀ / n = Σ
+            w = jax.scipy.linalg.solve_triangular(chol, z_w, lower=True, trans="T")  # N(0, Σ⁻¹)
+            x_q = chol @ z_q  # N(0, Σ)
+        return Prompt(x=X.T, y=X.T @ w, x_query=x_q, y_query=x_q @ w), w
+
+    def sample_one(self, key: PRNGKeyArray) -> Prompt:
+        return self.sample_with_weights(key)[0]
+
+    def sample(self, key: PRNGKeyArray, batch: int) -> Prompt:
         return jax.vmap(self.sample_one)(jax.random.split(key, batch))

@@ -1,0 +1,170 @@
+"""Losses of the restricted linear transformer (Gatmiry et al. eq. 6 with u = 0, σ = identity).
+
+With Σ̂ = X Xᵀ / n and layers A_0 … A_{L−1} (Gatmiry et al. Lemma 4, with jaxicl's 1/n kept):
+
+    ŷ − y_q = −w*ᵀ M x_q,   M = (I − Σ̂ A_0)(I − Σ̂ A_1) ⋯ (I − Σ̂ A_{L−1})
+
+Two loss conventions, both the paper's eq. (9) **without** the ½ of the rest of jaxicl
+(``population_loss`` of the registry keeps ½ and returns half of :func:`fixed_gram_loss`):
+
+- **fixed Gram** — Σ = Σ̂ given, w* ~ N(0, Σ⁻¹), x_q ~ N(0, Σ): L = E_Σ tr(M Σ Mᵀ Σ⁻¹) exactly;
+  for Σ = s·I the expectation over s is a quadrature that is exact (the integrand is a polynomial
+  of degree 2L in s).
+- **Gaussian X** — x_i, x_q ~ N(0, Σ_pop), w* ~ N(0, Σ_pop⁻¹) (the paper's experiments): Σ̂ is
+  Wishart and the loss is a Monte-Carlo average over (Σ_pop, X, w*). :func:`gaussian_x_loss`
+  averages the *exact* conditional expectation over x_q: the prediction is gᵀx_q with
+  g = Σ_t A_tᵀ v_t, v_0 = X y / n, v_{t+1} = v_t − Σ̂ A_tᵀ v_t (only prompt statistics), so
+  E_{x_q}(ŷ − y_q)² = (w* − g)ᵀ Σ_pop (w* − g). Cost O(L d²) per prompt.
+
+Why u = 0: the u-terms of eq. (6) add to ŷ a part that does not depend on w* (it only involves X
+and x_q); under w* → −w* its cross term with the rest averages out, so u ≠ 0 can only raise the
+loss. The estimators here take A only and refuse a model with u ≠ 0.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ..models.linear_transformer import LinearTransformer, RestrictedWeights
+from ..tasks.covariance import FixedCovariance, ScaledIdentityCovariance, _is_concrete
+from ..tasks.linear_regression import FixedGramRegression, LinearRegression
+from .registry import no_closed_form, register_population_loss
+
+
+def layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
+    """A_t for each of the ``max_depth`` layer applications, zero for the layers switched off
+    (depth mask), the shared A repeated for a looped model."""
+    if not isinstance(model.params, RestrictedWeights) or model.activation != "identity":
+        raise ValueError(
+            "these losses need a restricted (eq. 6), σ = identity model: LinearTransformer.restricted(A); "
+            f"got {type(model.params).__name__} with σ = {model.activation}.")
+    u = model.params.u
+    if _is_concrete(u) and np.any(np.asarray(u) != 0):
+        raise ValueError("the closed forms assume u = 0 in eq. (6); this model has u ≠ 0.")
+    A = model.params.A
+    if model.looped:
+        A = jnp.broadcast_to(A[:1], (model.max_depth,) + A.shape[1:])
+    return A * model.layer_mask()[:, None, None].astype(A.dtype)
+
+
+def residual_matrix(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, "d d"]:
+    """M = Π_t (I − Σ A_t) (Gatmiry et al. Lemma 4), the error being −w*ᵀ M x_q."""
+    A = layer_matrices(model).astype(jnp.result_type(Sigma, model.params.A))
+    I = jnp.eye(A.shape[-1], dtype=A.dtype)
+
+    def step(M, A_t):
+        return M - (M @ Sigma) @ A_t, None
+
+    return jax.lax.scan(step, I, A)[0]
+
+
+def fixed_gram_loss(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, ""]:
+    """E_{w*, x_q}(ŷ − y_q)² = tr(M Σ Mᵀ Σ⁻¹) for one given Σ = X Xᵀ / n (eq. 9, no ½)."""
+    M = residual_matrix(model, Sigma)
+    return jnp.trace(M @ Sigma @ M.T @ jnp.linalg.inv(Sigma))
+
+
+def scaled_identity_loss(model: LinearTransformer, s: Float[Array, " m"]) -> Float[Array, " m"]:
+    """tr(M Σ Mᵀ Σ⁻¹) = ‖Π_t (I − s A_t)‖_F² at Σ = s·I, for each s of a vector."""
+    d = model.d
+    return jax.vmap(lambda si: jnp.sum(residual_matrix(model, si * jnp.eye(d, dtype=jnp.result_type(si))) ** 2))(s)
+
+
+def fixed_gram_population_loss(model: LinearTransformer, covariance, n_nodes: int | None = None) -> Float[Array, ""]:
+    """E_Σ tr(M Σ Mᵀ Σ⁻¹) (eq. 9, no ½), exactly, for a :class:`FixedCovariance` or a
+    :class:`ScaledIdentityCovariance` (quadrature with ⌈(2L+1)/2⌉ or more nodes per piece)."""
+    if isinstance(covariance, FixedCovariance):
+        return fixed_gram_loss(model, covariance.matrix)
+    if isinstance(covariance, ScaledIdentityCovariance):
+        nodes, weights = covariance.scale.quadrature(n_nodes or model.max_depth + 1)
+        return jnp.sum(weights * scaled_identity_loss(model, nodes))
+    raise TypeError(
+        f"no exact fixed-Gram loss for {type(covariance).__name__}; average fixed_gram_loss over "
+        "sampled Σ (Monte Carlo over Σ, exact over w* and x_q).")
+
+
+@register_population_loss(LinearTransformer, FixedGramRegression)
+def _registered_fixed_gram(model: LinearTransformer, task: FixedGramRegression) -> Float[Array, ""]:
+    """½ of :func:`fixed_gram_population_loss` (jaxicl's ½ convention)."""
+    try:
+        return 0.5 * fixed_gram_population_loss(model, task.covariance)
+    except (TypeError, ValueError) as err:
+        raise no_closed_form(model, task, str(err)) from err
+
+
+class GaussianXBatch(eqx.Module):
+    """Statistics of a batch of Gaussian-X prompts for :func:`gaussian_x_loss`, batch first."""
+
+    Sigma_hat: Float[Array, "B d d"]  # X Xᵀ / n
+    w: Float[Array, "B d"]
+    Sigma_pop: Float[Array, "B d d"]  # covariance the prompt was drawn from
+
+    @classmethod
+    def sample(cls, task: LinearRegression, key: PRNGKeyArray, batch: int) -> "GaussianXBatch":
+        """``batch`` prompts of ``task`` (w* ~ N(0, Σ⁻¹), noiseless, as in Gatmiry et al. §4.2)."""
+        if task.weights != "inverse_covariance":
+            raise ValueError("Gatmiry et al.'s setting draws w* ~ N(0, Σ⁻¹): use weights='inverse_covariance'.")
+        if _is_concrete(task.noise_std) and float(task.noise_std) != 0:
+            raise ValueError("gaussian_x_loss assumes noiseless labels (realizable instances).")
+
+        def one(k):
+            k_lam, k_w, k_x = jax.random.split(k, 3)
+            if isinstance(task.covariance, ScaledIdentityCovariance):  # Σ = s I: no factorisation
+                s = task.covariance.scale.sample(k_lam)
+                root = jnp.sqrt(s)
+                w = jax.random.normal(k_w, (task.d,), s.dtype) / root
+                X = root * jax.random.normal(k_x, (task.d, task.n_context), s.dtype)
+                return X @ X.T / task.n_context, w, s * jnp.eye(task.d, dtype=s.dtype)
+            Sig = task.covariance.sample(k_lam)
+            chol = jnp.linalg.cholesky(Sig)
+            w = jax.scipy.linalg.solve_triangular(chol, jax.random.normal(k_w, (task.d,), Sig.dtype), lower=True, trans="T")
+            X = chol @ jax.random.normal(k_x, (task.d, task.n_context), Sig.dtype)
+            return X @ X.T / task.n_context, w, Sig
+
+        return cls(*jax.vmap(one)(jax.random.split(key, batch)))
+
+
+def gaussian_x_errors(model: LinearTransformer, batch: GaussianXBatch) -> Float[Array, " B"]:
+    """E_{x_q}(ŷ − y_q)² for each prompt of the batch (exact in x_q; see the module docstring)."""
+    A = layer_matrices(model).astype(batch.Sigma_hat.dtype)
+    v0 = jnp.einsum("bij,bj->bi", batch.Sigma_hat, batch.w)  # X y / n
+
+    def step(carry, A_t):
+        v, g = carry
+        h = v @ A_t  # rows: (A_tᵀ v)ᵀ
+        return (v - jnp.einsum("bij,bj->bi", batch.Sigma_hat, h), g + h), None
+
+    (_, g), _ = jax.lax.scan(step, (v0, jnp.zeros_like(v0)), A)
+    e = batch.w - g
+    return jnp.einsum("bi,bij,bj->b", e, batch.Sigma_pop, e)
+
+
+def gaussian_x_loss(model: LinearTransformer, batch: GaussianXBatch) -> Float[Array, ""]:
+    """Monte-Carlo estimate of eq. (9) (no ½) under Gaussian X from a batch of prompts."""
+    return jnp.mean(gaussian_x_errors(model, batch))
+
+
+def gaussian_x_mc(model: LinearTransformer, task: LinearRegression, key: PRNGKeyArray, batch: int = 100_000,
+                  chunk_size: int = 4096) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """(mean, standard error) of :func:`gaussian_x_errors` over ``batch`` fresh prompts, drawn
+    ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded (eq. 9, no ½)."""
+    if batch < 1:
+        raise ValueError(f"gaussian_x_mc needs batch >= 1, got {batch}.")
+    chunk = min(int(chunk_size), int(batch))
+    n_chunks = -(-int(batch) // chunk)
+
+    def body(carry, inp):
+        k, i = inp
+        e = gaussian_x_errors(model, GaussianXBatch.sample(task, k, chunk))
+        e = jnp.where(i * chunk + jnp.arange(chunk) < batch, e, 0.0)
+        return (carry[0] + e.sum(), carry[1] + (e**2).sum()), None
+
+    zero = jnp.zeros((), model.params.A.dtype)
+    (s, s2), _ = jax.lax.scan(body, (zero, zero), (jax.random.split(key, n_chunks), jnp.arange(n_chunks)))
+    mean = s / batch
+    var = jnp.maximum(s2 / batch - mean**2, 0.0) * batch / max(batch - 1, 1)
+    return mean, jnp.sqrt(var / batch)
