@@ -1,5 +1,5 @@
 """Closed-form predictions and weight constructions, one module per paper."""
 
-from . import ahn, zhang
+from . import ahn, gatmiry, zhang
 
-__all__ = ["ahn", "zhang"]
+__all__ = ["ahn", "gatmiry", "zhang"]
