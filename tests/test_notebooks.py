@@ -29,4 +29,9 @@ def _ahn(text):
     assert abs(gap) <= 1e-8  # the notebook's flow reached the optimum (8)
 
 
-CHECKS = {"zhang2023": _zhang, "ahn2023": _ahn}
+def _gatmiry(text):
+    gap = float(text.split("looped gap:")[1].split()[0])
+    assert abs(gap) <= 1e-6  # the notebook's L-BFGS reached the exact looped optimum
+
+
+CHECKS = {"zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry}

@@ -26,6 +26,31 @@ def test_readme_linear_transformer_example_runs():
     assert ns["fit"].losses[-1] < 0.2 * ns["fit"].losses[0]
 
 
+def test_readme_gatmiry_example_runs():
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    code = re.search(r"## Depth versus looping.*?\n\n```python\n(.*?)```", text, re.S).group(1)
+    ns = {}
+    exec(compile(first.split("sol =")[0] + "from jaxicl.models import LinearTransformer\n", "README.md", "exec"), ns)
+    exec(compile(code, "README.md", "exec"), ns)
+    import numpy as np
+
+    from jaxicl.theory import gatmiry as G
+
+    last = code.strip().splitlines()[-1].split("#")[0]  # the worst-case error of the Chebyshev model
+    assert eval(last, ns) == pytest.approx(G.chebyshev_worst_error(100.0, 8), rel=1e-9)
+    mean, se = eval("icl.losses.gaussian_x_mc(model, gx, key, 20_000)", ns)
+    assert np.isfinite(float(mean)) and float(se) > 0
+
+
+@pytest.mark.slow
+def test_reproduce_gatmiry2024_full_passes_every_check(tmp_path):
+    from jaxicl.experiments import reproduce
+
+    (res,) = reproduce(["gatmiry2024"], size="full", out=tmp_path)
+    assert all(c.passed is not False for c in res.checks)
+
+
 @pytest.mark.slow
 def test_reproduce_ahn2023_full_passes_every_check(tmp_path):
     from jaxicl.experiments import reproduce

@@ -13,6 +13,7 @@ from .report import Check, PaperResult, render_markdown
 REPRODUCTIONS = {
     "zhang2023": ("jaxicl.experiments.zhang2023", "Zhang, Frei & Bartlett: one-layer LSA trained by gradient flow"),
     "ahn2023": ("jaxicl.experiments.ahn2023", "Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD"),
+    "gatmiry2024": ("jaxicl.experiments.gatmiry2024", "Gatmiry, Saunshi, Reddi, Jegelka & Kumar: depth vs looping under task diversity"),
 }
 
 
