@@ -25,6 +25,9 @@ test-slow: $(VENV)/.installed  ## paper-size reproductions
 
 bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/README.md)
 	$(BIN)/python benchmarks/bench_flow.py
+	$(BIN)/python benchmarks/bench_sweep.py
+	$(BIN)/python benchmarks/bench_ahn.py
+	$(BIN)/python benchmarks/bench_gatmiry.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
-import time
 
 import equinox as eqx
 import jax
@@ -33,16 +31,7 @@ import jax.numpy as jnp
 import jaxicl as icl
 from jaxicl.experiments import ahn2023
 from jaxicl.models import GramBatch, LinearTransformer
-
-
-def median_time(f, *args, repeats: int):
-    jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import median_time  # benchmarks/timing.py
 
 
 def flops(f, *args) -> float:

@@ -27,16 +27,7 @@ import numpy as np
 import jaxicl as icl
 from jaxicl.experiments import gatmiry2024 as g
 from jaxicl.losses.restricted import GaussianXBatch
-
-
-def median_time(f, *args, repeats: int):
-    jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import median_time  # benchmarks/timing.py
 
 
 def loss_grad_bench(repeats: int):

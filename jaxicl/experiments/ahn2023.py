@@ -23,7 +23,7 @@ import xarray as xr
 from .. import dynamics, losses, tasks
 from ..models import GramBatch, LinearTransformer
 from ..theory import ahn
-from .report import Check, PaperResult, fmt, save_dataset, save_figure
+from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "ahn2023"
 TITLE = "Transformers learn to implement preconditioned gradient descent (Ahn, Cheng, Daneshmand & Sra)"
@@ -245,12 +245,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(cfg.seed)
     checks, figures, data, notes = [], [], [], []
-    tick = [time.perf_counter()]
-
-    def lap(label):
-        if progress:
-            print(f"  {label}: {time.perf_counter() - tick[0]:.1f} s", flush=True)
-        tick[0] = time.perf_counter()
+    lap = lap_timer(progress)
 
     with jax.enable_x64(True):
         checks += check_lemma2(cfg, jax.random.fold_in(key, 1))
@@ -475,7 +470,7 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     axes[L].set(xlabel="iteration", ylabel="training loss", title="loss (mean over seeds)")
     axes[L].legend(fontsize=7)
     fig.suptitle(f"Fig. 1: 3-layer (9), {cfg.seeds} seeds")
-    paths.append(_save(fig, out, "fig1_thm4.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "fig1_thm4.png"))
 
     # Fig. 2: heat maps of Σ^½ A_i Σ^½ (seed 0) and Fig. 4: B_i, A_i of (13)
     Rs = jax.vmap(ahn.sqrtm_psd)(lm["Sigma"])
@@ -491,7 +486,7 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
         im = axes[1, i].imshow(A5, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
         axes[1, i].set_title(f"Fig. 4: A_{i} of (13) (shared scale)")
         fig.colorbar(im, ax=axes[1, i], shrink=0.8)
-    paths.append(_save(fig, out, "fig2_fig4_weights.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "fig2_fig4_weights.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     it = np.arange(np.asarray(blk["blue"]).shape[1])
@@ -503,7 +498,7 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     axes[0].legend(fontsize=7)
     axes[1].semilogy(it, np.asarray(blk["losses"]).mean(0))
     axes[1].set(xlabel="LM iteration", ylabel="training loss", title="Fig. 3(c)")
-    paths.append(_save(fig, out, "fig3_thm5.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "fig3_thm5.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     for ax, ds, dim, label in ((axes[0], ds_depth, "depth", "layers / steps L"), (axes[1], ds_ctx, "n", "context length n")):
@@ -519,10 +514,6 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
         ax.legend(fontsize=7)
     axes[0].set_title(f"depth, n = {cfg.n}")
     axes[1].set_title(f"context, L = {cfg.n_layers}")
-    paths.append(_save(fig, out, "depth_context.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "depth_context.png"))
     return paths
 
-
-def _save(fig, out, name):
-    save_figure(fig, Path(out) / NAME / name)
-    return f"{NAME}/{name}"

@@ -26,7 +26,7 @@ from ..losses.restricted import GaussianXBatch, fixed_gram_population_loss, gaus
 from ..models import LinearTransformer
 from ..sweep import sweep
 from ..theory import gatmiry as G
-from .report import Check, PaperResult, fmt, save_dataset, save_figure
+from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "gatmiry2024"
 TITLE = "On the role of depth and looping for in-context learning with task diversity (Gatmiry et al.)"
@@ -404,12 +404,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(cfg.seed)
     checks, figures, data, notes = [], [], [], []
-    tick = [time.perf_counter()]
-
-    def lap(label):
-        if progress:
-            print(f"  {label}: {time.perf_counter() - tick[0]:.1f} s", flush=True)
-        tick[0] = time.perf_counter()
+    lap = lap_timer(progress)
 
     def save(ds, name):
         save_dataset(ds, out / NAME / name)
@@ -557,7 +552,7 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
     axes[2].set(yscale="log", xlabel="L", ylabel="fixed-Gram loss (exact)",
                 title="fixed Gram: optimum (lines), trained by L-BFGS (markers;\nfilled multilayer, open looped)")
     axes[2].legend(fontsize=7)
-    paths.append(_save(fig, out, "fig1_depth.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "fig1_depth.png"))
 
     fig, axes = plt.subplots(1, len(cfg.fig2_ks), figsize=(5 * len(cfg.fig2_ks), 3.8), layout="constrained", squeeze=False)
     for ax, k in zip(axes[0], cfg.fig2_ks):
@@ -568,7 +563,7 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
         ax.plot(ds2.w, ds2.looped_fixed_gram_minimizer.sel(k=k), "--", color="tab:blue", lw=1, label="looped fixed-Gram minimiser (exact)")
         ax.set(yscale="log", xlabel="window half-width w", ylabel="test loss E(ŷ − y)²", title=f"Fig. 2: k = {k} training scales, L = {cfg.fig2_layers}")
         ax.legend(fontsize=7)
-    paths.append(_save(fig, out, "fig2_ood.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "fig2_ood.png"))
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")
     Ls = np.arange(1, 65)
@@ -593,7 +588,7 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
                      marker="o", capsize=3)
     axes[2].set(xscale="log", xlabel=f"κ of the instance (spectrum in [{max(ds3.kappa.values):g}/κ, {max(ds3.kappa.values):g}])", ylabel="layers used (mean, min–max)",
                 title=f"Thm 3: adaptive depth, ε = {ds3.attrs['eps']:g}")
-    paths.append(_save(fig, out, "constructions_lemma1_thm3.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "constructions_lemma1_thm3.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     axes[0].semilogy(ds67.L, ds67.multilayer_ood, "o-", color="tab:red", label="multilayer minimiser (App. D.1)")
@@ -607,10 +602,6 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
     axes[1].semilogy(ds8.L, ds8.multilayer_app_f, "k--", label=f"multilayer, App. F layers, Σ = {ds8.attrs['app_f_scale']:g}I")
     axes[1].set(xlabel="loops / depth", ylabel="fixed-Gram loss", title="Thm 8: monotonicity in depth")
     axes[1].legend(fontsize=7)
-    paths.append(_save(fig, out, "thm6_7_8.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "thm6_7_8.png"))
     return paths
 
-
-def _save(fig, out, name):
-    save_figure(fig, Path(out) / NAME / name)
-    return f"{NAME}/{name}"

@@ -65,6 +65,26 @@ def save_figure(fig, path: Path) -> None:
     plt.close(fig)
 
 
+def save_paper_figure(fig, out, paper: str, name: str) -> str:
+    """Save ``fig`` as ``out/paper/name``; return the path relative to ``out`` (for the report)."""
+    save_figure(fig, Path(out) / paper / name)
+    return f"{paper}/{name}"
+
+
+def lap_timer(progress: bool):
+    """``lap(label)``: print the seconds since the previous call (or creation) when ``progress``."""
+    import time
+
+    tick = [time.perf_counter()]
+
+    def lap(label: str) -> None:
+        if progress:
+            print(f"  {label}: {time.perf_counter() - tick[0]:.1f} s", flush=True)
+        tick[0] = time.perf_counter()
+
+    return lap
+
+
 def render_markdown(results: list[PaperResult]) -> str:
     lines = ["# jaxicl reproduction report", ""]
     total = sum(len(r.checks) for r in results)

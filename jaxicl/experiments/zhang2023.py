@@ -18,7 +18,7 @@ import xarray as xr
 
 from .. import dynamics, losses, models, tasks
 from ..theory import zhang
-from .report import Check, PaperResult, fmt, save_dataset, save_figure
+from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "zhang2023"
 TITLE = "Trained Transformers Learn Linear Models In-Context (Zhang, Frei & Bartlett)"
@@ -114,12 +114,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         checks, figures, data, notes = [], [], [], []
         key = jax.random.PRNGKey(cfg.seed)
         keys = (jax.random.fold_in(key, i) for i in range(10**6))
-        tick = [time.perf_counter()]
-
-        def lap(label):
-            if progress:
-                print(f"  {label}: {time.perf_counter() - tick[0]:.1f} s", flush=True)
-            tick[0] = time.perf_counter()
+        lap = lap_timer(progress)
 
         d, N = cfg.d, cfg.N
         Lam = example_covariance(d)
@@ -398,7 +393,7 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
     ax[1].axhline(1e-6, color="k", ls=":", label="check tolerance")
     ax[1].set(xlabel="t", ylabel="‖u₋₁U₁₁ − Γ⁻¹‖/‖Γ⁻¹‖", title="Convergence to W* (4.1)")
     ax[1].legend(fontsize=8)
-    paths.append(_save(fig, out, "flow.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "flow.png"))
 
     fig, axes = plt.subplots(1, ds_thm42.case.size, figsize=(4.4 * ds_thm42.case.size, 3.8), layout="constrained")
     for ax, case in zip(np.atleast_1d(axes), ds_thm42.case.values):
@@ -409,7 +404,7 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
         ax.set(xlabel="test prompt length M", ylabel="E(ŷ − y)²", title=str(case).replace("_", " "))
         ax.legend(fontsize=7)
     fig.suptitle("Thm 4.2: theory lines, Monte-Carlo points (±2 s.e.)")
-    paths.append(_save(fig, out, "thm42.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "thm42.png"))
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     c = ds_shift.c.values
@@ -424,10 +419,6 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
     ax[1].axhline(float(ds_rand.limit), color="k", ls="--", label="limit (4.13)")
     ax[1].set(xlabel="M", ylabel="E(ŷ − ⟨w, x_q⟩)² on a new Λ", title="Thm 4.5: random covariance")
     ax[1].legend(fontsize=8)
-    paths.append(_save(fig, out, "shifts_random_cov.png"))
+    paths.append(save_paper_figure(fig, out, NAME, "shifts_random_cov.png"))
     return paths
 
-
-def _save(fig, out, name):
-    save_figure(fig, Path(out) / NAME / name)
-    return f"{NAME}/{name}"
