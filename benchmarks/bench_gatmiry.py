@@ -3,7 +3,7 @@
 1. Gaussian-X loss + gradient of the restricted model (d = 10, n = 20, 10 layers, B = 4,096
    prompts, float32), three ways, same run: the O(L d²) statistics path of
    ``losses.gaussian_x_loss`` (exact in x_q), ``model.predict`` vmapped over prompts (the
-   Gram-form forward pass) and ``predict(attention="direct")`` (eq. 3 literally). Median of ``--repeats`` runs after compilation.
+   associative per-prompt layer) and ``predict(attention="direct")`` (eq. 3 literally). Median of ``--repeats`` runs after compilation.
 2. The fixed-Gram version of Fig. 1: the exact optimum for every (κ, L, architecture) (theory
    lines) and the L-BFGS-trained grid (κ × L ≤ 4 × architecture, float64), median times.
 3. The whole Fig. 1 Gaussian-X grid — 3 κ × 10 depths × 2 architectures × 3 seeds = 180
@@ -49,9 +49,9 @@ def loss_grad_bench(repeats: int):
     t_direct = median_time(direct, A, repeats=repeats)
     print(f"loss+grad, d={d}, n={n}, L={L}, B={B} (float32):")
     print(f"  statistics path (gaussian_x_loss): {1e3 * t_stats:.2f} ms  ({B / t_stats:,.0f} prompts/s)")
-    print(f"  plain path (vmapped predict)     : {1e3 * t_plain:.2f} ms  ({B / t_plain:,.0f} prompts/s)")
+    print(f"  model.predict, vmapped            : {1e3 * t_plain:.2f} ms  ({B / t_plain:,.0f} prompts/s)")
     print(f"  direct eq. (3), vmapped           : {1e3 * t_direct:.2f} ms  ({B / t_direct:,.0f} prompts/s)")
-    print(f"  ratios: {t_plain / t_stats:.1f}x (Gram form), {t_direct / t_stats:.1f}x (direct)")
+    print(f"  ratios: {t_plain / t_stats:.1f}x (predict), {t_direct / t_stats:.1f}x (direct)")
 
 
 def fixed_gram_bench(repeats: int):
