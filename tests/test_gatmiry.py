@@ -120,14 +120,14 @@ def test_gaussian_x_estimator_matches_plain_monte_carlo():
     """The statistics estimator (exact in x_q) and plain prompts through model.predict agree."""
     model = _model(jax.random.PRNGKey(5))
     task = tasks.LinearRegression(D, N, tasks.ScaledIdentityCovariance(D, tasks.UniformScale.kappa(4.0)), "inverse_covariance")
-    e = gaussian_x_errors(model, GaussianXBatch.sample(task, jax.random.PRNGKey(6), 200_000))
-    mc, se = losses.mc_loss(model, task, jax.random.PRNGKey(7), 400_000, return_stderr=True)
+    e = gaussian_x_errors(model, GaussianXBatch.sample(task, jax.random.PRNGKey(6), 100_000))
+    mc, se = losses.mc_loss(model, task, jax.random.PRNGKey(7), 200_000, return_stderr=True)
     diff = float(0.5 * jnp.mean(e) - mc)
     assert abs(diff) <= 4 * float(jnp.sqrt(se**2 + (0.5 * jnp.std(e)) ** 2 / e.size))
     # a general prior goes through the Cholesky path
     task2 = tasks.LinearRegression(D, N, tasks.RandomSpectrumCovariance(D, 1.0, 3.0), "inverse_covariance")
-    e2 = gaussian_x_errors(model, GaussianXBatch.sample(task2, jax.random.PRNGKey(8), 100_000))
-    mc2, se2 = losses.mc_loss(model, task2, jax.random.PRNGKey(9), 200_000, return_stderr=True)
+    e2 = gaussian_x_errors(model, GaussianXBatch.sample(task2, jax.random.PRNGKey(8), 50_000))
+    mc2, se2 = losses.mc_loss(model, task2, jax.random.PRNGKey(9), 100_000, return_stderr=True)
     assert abs(float(0.5 * jnp.mean(e2) - mc2)) <= 4 * float(jnp.sqrt(se2**2 + (0.5 * jnp.std(e2)) ** 2 / e2.size))
 
 
