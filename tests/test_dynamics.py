@@ -115,3 +115,11 @@ def test_optax_training_on_fresh_samples_approaches_the_exact_minimum():
     gap = icl.population_loss(model, task) - zhang.min_population_loss(jnp.eye(d), n)
     assert curve.shape == (600,)
     assert gap < 0.05 * gap0  # SGD noise floor at batch 512, lr 2e-2: well below 5% of the start
+
+
+def test_optax_train_divergence_is_an_error_under_jit():
+    """Inside jit/vmap the curve carries an eqx.error_if: a non-finite loss stops the run."""
+    loss = lambda x, k: jnp.sum(x**4)  # noqa: E731  (diverges with a huge SGD step)
+    run = jax.jit(jax.vmap(lambda x0: icl.dynamics.optax_train(loss, x0, optax.sgd(1e3), 50, jax.random.PRNGKey(0))[1]))
+    with pytest.raises(Exception, match="non-finite"):
+        jax.block_until_ready(run(jnp.ones((2, 3))))

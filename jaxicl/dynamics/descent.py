@@ -62,7 +62,7 @@ def gradient_descent(
         return y, losses[0]
 
     dynamic, losses = jax.lax.scan(block, dynamic, None, length=n_steps // record_every)
-    check_finite_curve(losses)
+    losses = check_finite_curve(losses)  # under jit/vmap: an eqx.error_if on the returned curve
     return eqx.combine(dynamic, static), losses
 
 
@@ -90,5 +90,5 @@ def optax_train(
         return (optax.apply_updates(y, updates), state), loss
 
     (dynamic, _), losses = jax.lax.scan(one, (dynamic, optimizer.init(dynamic)), jax.random.split(key, n_steps))
-    check_finite_curve(losses)
+    losses = check_finite_curve(losses)  # under jit/vmap: an eqx.error_if on the returned curve
     return eqx.combine(dynamic, static), losses
