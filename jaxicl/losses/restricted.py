@@ -45,9 +45,8 @@ def layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
     u = model.params.u
     if _is_concrete(u) and np.any(np.asarray(u) != 0):
         raise ValueError("the closed forms assume u = 0 in eq. (6); this model has u ≠ 0.")
-    A = model.params.A
-    if model.looped:
-        A = jnp.broadcast_to(A[:1], (model.max_depth,) + A.shape[1:])
+    _, Q = model.layer_weights()  # Q_t = diag(A_t, 0), already repeated for a looped model
+    A = Q[:, 0, :-1, :-1]
     return A * model.layer_mask()[:, None, None].astype(A.dtype)
 
 
