@@ -32,38 +32,61 @@ def check_finite_curve(losses, what: str = "loss"):
     return losses
 
 
+def per_leaf(value, params: PyTree) -> PyTree:
+    """``value`` for every trainable (inexact-array) leaf of ``params``, ``None`` elsewhere: the value
+    itself when it is a pytree with the structure of ``params`` (one value per leaf), else broadcast."""
+    if jax.tree_util.tree_structure(value) == jax.tree_util.tree_structure(params):
+        return eqx.filter(value, jax.tree_util.tree_map(eqx.is_inexact_array, params))
+    return jax.tree_util.tree_map(lambda _: value, eqx.filter(params, eqx.is_inexact_array))
+
+
 def gradient_descent(
     loss_fn: Callable[[PyTree], Float[Array, ""]],
     params: PyTree,
-    step: float,
+    step,
     n_steps: int,
     *,
     record_every: int = 1,
+    has_aux: bool = False,
+    check_finite: bool = True,
 ) -> tuple[PyTree, Float[Array, " n"]]:
-    """θ_{k+1} = θ_k − step · ∇L(θ_k), ``n_steps`` times.
+    """θ_{k+1} = θ_k − step ⊙ ∇L(θ_k), ``n_steps`` times.
 
-    Returns ``(final_params, losses)`` with ``losses[j] = L(θ_{j·record_every})``.
+    Args:
+        step: a step size, or a pytree with the structure of ``params`` holding one step size per leaf
+            (e.g. η_Q and η_w of Yang et al. eq. 10: ``model.step_sizes(eta_Q, eta_w)``).
+        record_every: record the loss every this many steps.
+        has_aux: ``loss_fn`` returns ``(loss, aux)``; the recorded ``aux`` (any pytree, e.g. test losses)
+            is returned stacked along a leading axis next to the losses.
+        check_finite: raise on a non-finite loss (default). ``False`` returns the curve as it is, for runs
+            whose divergence is a result to report (its first non-finite entry marks the step).
+
+    Returns ``(final_params, losses)`` with ``losses[j] = L(θ_{j·record_every})``, or
+    ``(final_params, (losses, aux))`` with ``has_aux``.
     """
     if n_steps < 1 or record_every < 1 or n_steps % record_every:
         raise ValueError("n_steps must be a positive multiple of record_every.")
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
+    steps = per_leaf(step, params)
 
     def loss_of(y):
         return loss_fn(eqx.combine(y, static))
 
-    vg = jax.value_and_grad(loss_of)
+    vg = jax.value_and_grad(loss_of, has_aux=has_aux)
 
     def one(y, _):
-        loss, g = vg(y)
-        return jax.tree_util.tree_map(lambda a, b: a - step * b, y, g), loss
+        out, g = vg(y)
+        return jax.tree_util.tree_map(lambda a, s, b: a - s * b, y, steps, g), out
 
     def block(y, _):
-        y, losses = jax.lax.scan(one, y, None, length=record_every)
-        return y, losses[0]
+        y, outs = jax.lax.scan(one, y, None, length=record_every)
+        return y, jax.tree_util.tree_map(lambda o: o[0], outs)
 
-    dynamic, losses = jax.lax.scan(block, dynamic, None, length=n_steps // record_every)
-    losses = check_finite_curve(losses)  # under jit/vmap: an eqx.error_if on the returned curve
-    return eqx.combine(dynamic, static), losses
+    dynamic, outs = jax.lax.scan(block, dynamic, None, length=n_steps // record_every)
+    if check_finite:  # under jit/vmap: an eqx.error_if on the returned curve
+        losses = check_finite_curve(outs[0] if has_aux else outs)
+        outs = (losses, outs[1]) if has_aux else losses
+    return eqx.combine(dynamic, static), outs
 
 
 def optax_train(

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
+from .descent import per_leaf
+
 SOLVERS = {
     "tsit5": diffrax.Tsit5,  # explicit, default
     "dopri5": diffrax.Dopri5,
@@ -78,6 +80,7 @@ def gradient_flow(
     divergence_threshold: float = 1e8,
     progress: bool = False,
     adjoint: diffrax.AbstractAdjoint | None = None,
+    rates=None,
 ) -> FlowSolution:
     """Integrate dθ/dt = −∇_θ loss_fn(θ) from ``params`` on [0, t1] with an adaptive solver.
 
@@ -94,6 +97,9 @@ def gradient_flow(
         stop_when: stop early when ``stop_when(params)`` is True (e.g. a distance to a target).
         divergence_threshold: stop and raise when ‖θ‖ exceeds it or the state becomes non-finite.
         progress: show a tqdm progress meter over [0, t1].
+        rates: dθ/dt = −rates ⊙ ∇L: a pytree with the structure of ``params`` holding one rate per
+            leaf (e.g. ``model.step_sizes(1, η_w/η_Q)``: the time scaling of GD with two step sizes,
+            Yang et al. eq. 10, with t = η_Q · iterations). Default 1.
 
     Returns:
         :class:`FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
@@ -108,8 +114,10 @@ def gradient_flow(
 
     grad_of = jax.grad(loss_of)
 
+    rate = per_leaf(1.0 if rates is None else rates, params)
+
     def vector_field(t, y, args):
-        return jax.tree_util.tree_map(jnp.negative, grad_of(y))
+        return jax.tree_util.tree_map(lambda r, g: -r * g, rate, grad_of(y))
 
     if isinstance(solver, str):
         if solver not in SOLVERS:

@@ -4,8 +4,8 @@
 
 ``population_loss`` dispatches on the *types* of the model and the task (walking both MROs), so a
 later module adds a closed form with ``@register_population_loss(MyModel, MyTask)`` without
-editing this file. ``mc_loss`` works for any model with ``predict(prompt)`` and any task with
-``sample(key, batch)``.
+editing this file. ``mc_loss`` works for any model with ``predict(prompt)`` (or ``predict_batch(prompts)``) and any task
+with ``sample(key, batch)``.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ def mc_loss(
 ):
     """Unbiased Monte-Carlo estimate of ½E(ŷ − y_query)² from ``batch`` fresh prompts.
 
+    A model may define ``predict_batch(prompts)`` (else ``vmap(predict)`` is used); when a prompt has
+    several targets (Yang et al.: all K labels) the per-prompt error is their mean, ½(1/K)Σ_k(ŷ_k − y_k)².
+
     Prompts are drawn ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded for
     any ``batch``. With ``return_stderr=True`` returns ``(mean, standard_error)``.
     """
@@ -85,10 +88,12 @@ def mc_loss(
     chunk = min(int(chunk_size), int(batch))
     n_chunks = math.ceil(batch / chunk)
 
+    predict = getattr(model, "predict_batch", None) or jax.vmap(model.predict)
+
     def half_sq_errors(k):
         prompts = task.sample(k, chunk)
-        pred = jax.vmap(model.predict)(prompts)
-        return 0.5 * (pred - prompts.y_query) ** 2
+        err = (predict(prompts) - prompts.y_query) ** 2
+        return 0.5 * err.reshape(chunk, -1).mean(axis=1)  # several targets per prompt: their mean
 
     def body(carry, inp):
         k, i = inp
