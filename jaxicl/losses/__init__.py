@@ -12,6 +12,8 @@ from .lsa_linear import lsa_population_loss
 from . import linear_transformer  # noqa: F401  (registers LinearTransformer × LinearRegression)
 from .linear_transformer import sample_loss, sample_residuals, sample_residuals_and_jacobian
 from . import restricted  # noqa: F401  (registers LinearTransformer × FixedGramRegression)
+from . import template  # noqa: F401  (registers MultiHeadSoftmaxICL × TemplateRegression)
+from .template import template_loss
 from .restricted import GaussianXBatch, fixed_gram_loss, fixed_gram_population_loss, gaussian_x_loss, gaussian_x_mc
 
 __all__ = [
@@ -29,4 +31,5 @@ __all__ = [
     "sample_loss",
     "sample_residuals",
     "sample_residuals_and_jacobian",
+    "template_loss",
 ]

@@ -11,6 +11,7 @@ from .linear_transformer import (
     SingleLayerWeights,
 )
 from .lsa import LinearSelfAttention
+from .softmax_attention import MultiHeadSoftmaxICL
 
 __all__ = [
     "BlockWeights",
@@ -18,6 +19,7 @@ __all__ = [
     "GramBatch",
     "LinearSelfAttention",
     "LinearTransformer",
+    "MultiHeadSoftmaxICL",
     "Parametrization",
     "PreconditionerWeights",
     "RestrictedWeights",

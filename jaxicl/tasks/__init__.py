@@ -18,6 +18,7 @@ from .covariance import (
     gauss_legendre,
 )
 from .linear_regression import FixedGramRegression, LinearRegression, Prompt, embed
+from .template_regression import TemplatePrompt, TemplateRegression, check_dictionary, random_dictionary
 
 __all__ = [
     "CovariancePrior",
@@ -39,4 +40,8 @@ __all__ = [
     "LinearRegression",
     "Prompt",
     "embed",
+    "TemplatePrompt",
+    "TemplateRegression",
+    "check_dictionary",
+    "random_dictionary",
 ]

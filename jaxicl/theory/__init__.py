@@ -1,5 +1,5 @@
 """Closed-form predictions and weight constructions, one module per paper."""
 
-from . import ahn, gatmiry, zhang
+from . import ahn, gatmiry, yang, zhang
 
-__all__ = ["ahn", "gatmiry", "zhang"]
+__all__ = ["ahn", "gatmiry", "yang", "zhang"]

@@ -1,0 +1,96 @@
+"""One-layer multi-head softmax attention of Yang, Huang, Liang & Chi (§2, eqs. 5–8).
+
+With the parametrisation (7a)–(7b) the attention map reduces to
+
+    ŷ_k = ⟨y, Σ_h w_{h,k} softmax(Vᵀ Q_h v_k)⟩ = ⟨y, â_k⟩,     k = 1, …, K          (eq. 8)
+
+where V = (v_1 … v_N) are the prompt tokens, Q_h ∈ R^{d×d} and w_h ∈ R^K. The prediction is linear
+in the labels: ŷ = Âᵀ y with Â = (â_1 … â_K) ∈ R^{N×K} (eq. 35), which is what the exact loss uses.
+
+Heads can be padded: ``head_mask`` (a boolean leaf, never trained) switches heads off, so models
+with different head counts share one shape and one compiled program (Fig. 4 as one sweep).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+from ..tasks.template_regression import TemplatePrompt
+
+
+class MultiHeadSoftmaxICL(eqx.Module):
+    """H heads with parameters Q (H, d, d) and w (H, K); ``head_mask`` (H,) marks the active heads."""
+
+    Q: Float[Array, "H d d"]
+    w: Float[Array, "H K"]
+    head_mask: Bool[Array, " H"]
+
+    def __init__(self, Q, w, head_mask=None):
+        Q, w = jnp.asarray(Q), jnp.asarray(w)
+        if Q.ndim != 3 or Q.shape[1] != Q.shape[2] or Q.shape[0] < 1:
+            raise ValueError(f"Q must stack H >= 1 square (d, d) matrices, shape (H, d, d); got {Q.shape}.")
+        if w.ndim != 2 or w.shape[0] != Q.shape[0]:
+            raise ValueError(f"w must be (H, K) with H = {Q.shape[0]} (one w_h ∈ R^K per head, eq. 7a); got {w.shape}.")
+        if head_mask is None:
+            head_mask = jnp.ones(Q.shape[0], bool)
+        head_mask = jnp.asarray(head_mask)
+        if head_mask.shape != (Q.shape[0],) or head_mask.dtype != jnp.bool_:
+            raise ValueError(f"head_mask must be a boolean (H,) = ({Q.shape[0]},) array, got {head_mask.dtype} "
+                             f"{head_mask.shape}.")
+        self.Q, self.w, self.head_mask = Q, w, head_mask
+
+    @classmethod
+    def init(cls, key: PRNGKeyArray, n_heads, d: int, K: int, beta: float = 1.0, max_heads: int | None = None,
+             dtype=None) -> "MultiHeadSoftmaxICL":
+        """Prop. 1: Q_h(i, j) ~ N(0, β²) iid, w_h = 0.
+
+        With ``max_heads`` the model has ``max_heads`` padded heads of which the first ``n_heads`` are active;
+        ``n_heads`` may then be a traced integer (one program for every head count)."""
+        H = int(max_heads) if max_heads is not None else int(n_heads)
+        if max_heads is None or not isinstance(n_heads, jax.core.Tracer):
+            if not 1 <= int(n_heads) <= H:
+                raise ValueError(f"need 1 <= n_heads <= max_heads, got n_heads={n_heads}, max_heads={H}.")
+        if not beta > 0:
+            raise ValueError(f"the initialisation scale β must be > 0 (Prop. 1), got {beta}.")
+        dtype = dtype or jnp.result_type(float)
+        Q = beta * jax.random.normal(key, (H, int(d), int(d)), dtype)
+        return cls(Q, jnp.zeros((H, int(K)), dtype), jnp.arange(H) < n_heads)
+
+    @property
+    def n_heads(self) -> Array:
+        return jnp.sum(self.head_mask)
+
+    @property
+    def d(self) -> int:
+        return self.Q.shape[-1]
+
+    @property
+    def K(self) -> int:
+        return self.w.shape[-1]
+
+    def attention(self, tokens: Float[Array, "K d"], n_context: int) -> Float[Array, "H N K"]:
+        """C_h = (s^h_1 … s^h_K), s^h_k = softmax(Vᵀ Q_h v_k) over the N prompt tokens (eqs. 13, 28)."""
+        if tokens.shape != (self.K, self.d):
+            raise ValueError(f"the model has K = {self.K}, d = {self.d}; the dictionary has shape {tokens.shape}.")
+        logits = (tokens[:n_context] @ self.Q) @ tokens.T  # Vᵀ Q_h (v_1 … v_K), (H, N, K)
+        return jax.nn.softmax(logits, axis=1)
+
+    def prediction_matrix(self, tokens: Float[Array, "K d"], n_context: int) -> Float[Array, "N K"]:
+        """Â(θ) = (Σ_h w_{h,1} s^h_1, …, Σ_h w_{h,K} s^h_K) (eq. 35); ŷ = Âᵀ y."""
+        w = jnp.where(self.head_mask[:, None], self.w, 0.0)
+        return jnp.einsum("hnk,hk->nk", self.attention(tokens, n_context), w)
+
+    def predict(self, prompt: TemplatePrompt) -> Float[Array, "*batch K"]:
+        """ŷ_k = ⟨y, â_k⟩ for all K tokens (eq. 8); ``prompt.y`` may carry leading batch axes."""
+        return prompt.y @ self.prediction_matrix(prompt.tokens, prompt.n_context)
+
+    predict_batch = predict  # ``mc_loss`` protocol: the prediction is already batched over prompt.y
+
+    def step_sizes(self, eta_Q, eta_w) -> "MultiHeadSoftmaxICL":
+        """Per-parameter step sizes (η_Q, η_w) of eq. (10), as a pytree for ``gradient_descent(step=…)``
+        and ``gradient_flow(rates=…)``."""
+        dtype = self.Q.dtype
+        return eqx.tree_at(lambda m: (m.Q, m.w), self, (jnp.asarray(eta_Q, dtype), jnp.asarray(eta_w, dtype)))
