@@ -14,6 +14,7 @@ REPRODUCTIONS = {
     "zhang2023": ("jaxicl.experiments.zhang2023", "Zhang, Frei & Bartlett: one-layer LSA trained by gradient flow"),
     "ahn2023": ("jaxicl.experiments.ahn2023", "Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD"),
     "gatmiry2024": ("jaxicl.experiments.gatmiry2024", "Gatmiry, Saunshi, Reddi, Jegelka & Kumar: depth vs looping under task diversity"),
+    "yang2024": ("jaxicl.experiments.yang2024", "Yang, Huang, Liang & Chi: multi-head softmax attention learns ridge regression"),
 }
 
 
