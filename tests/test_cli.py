@@ -20,6 +20,7 @@ PAPERS = {
     "zhang2023": (18, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
     "ahn2023": (15, "depth.nc", lambda ds: set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}),
     "gatmiry2024": (18, "fig1_gaussian_x.nc", lambda ds: set(ds.dims) >= {"kappa", "depth", "looped", "seed"}),
+    "yang2024": (17, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
 }
 
 

@@ -34,4 +34,11 @@ def _gatmiry(text):
     assert abs(gap) <= 1e-6  # the notebook's L-BFGS reached the exact looped optimum
 
 
-CHECKS = {"zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry}
+def _yang(text):
+    assert "bound respected: True" in text  # Thm 1's rate at its own step sizes
+    err = float(text.split("max column error |â_k − A_:k|:")[1].split()[0])
+    assert err <= 1e-3  # training reached the ridge-regression matrix A (34)
+    assert int(text.split("argmin N:")[1].split()[0]) == 20  # the gap is smallest at N = m
+
+
+CHECKS = {"zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry, "yang2024": _yang}

@@ -43,6 +43,24 @@ def test_readme_gatmiry_example_runs():
     assert np.isfinite(float(mean)) and float(se) > 0
 
 
+def test_readme_yang_example_runs():
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    code = re.search(r"## Multi-head softmax attention.*?\n\n```python\n(.*?)```", text, re.S).group(1)
+    ns = {}
+    exec(compile(first.split("sol =")[0], "README.md", "exec"), ns)
+    exec(compile(code, "README.md", "exec"), ns)
+    assert float(ns["curve"][-1]) < 1e-6 * float(ns["curve"][0])  # converged to the ridge-regression limit
+
+
+@pytest.mark.slow
+def test_reproduce_yang2024_full_passes_every_check(tmp_path):
+    from jaxicl.experiments import reproduce
+
+    (res,) = reproduce(["yang2024"], size="full", out=tmp_path)
+    assert all(c.passed is not False for c in res.checks)
+
+
 @pytest.mark.slow
 def test_reproduce_gatmiry2024_full_passes_every_check(tmp_path):
     from jaxicl.experiments import reproduce
