@@ -72,7 +72,7 @@ class Config:
 
 
 SIZES = {
-    "quick": Config(steps=300, fig4_steps=150, fig4_converged=2e-2, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=5000),
+    "quick": Config(steps=300, fig4_steps=100, fig4_converged=5e-2, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=3000),
     "full": Config(steps=2000, fig4_steps=600, eps=0.02, fig3_seeds=16, fig3_mc=20_000),
 }
 
