@@ -16,23 +16,26 @@ def test_readme_example_runs():
 
 
 
-def test_readme_linear_transformer_example_runs():
+def _run_section(heading: str, preamble: str = "") -> dict:
+    """Run the ten-line example's set-up (everything before ``sol =``), then the first code block under
+    ``heading``; return the namespace."""
     text = (Path(__file__).parent.parent / "README.md").read_text()
     first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
-    code = re.search(r"## Multi-layer linear transformers.*?\n\n```python\n(.*?)```", text, re.S).group(1)
-    ns = {}
-    exec(compile(first.split("sol =")[0], "README.md", "exec"), ns)
+    code = re.search(rf"## {heading}.*?\n\n```python\n(.*?)```", text, re.S).group(1)
+    ns = {"__code__": code}
+    exec(compile(first.split("sol =")[0] + preamble, "README.md", "exec"), ns)
     exec(compile(code, "README.md", "exec"), ns)
+    return ns
+
+
+def test_readme_linear_transformer_example_runs():
+    ns = _run_section("Multi-layer linear transformers")
     assert ns["fit"].losses[-1] < 0.2 * ns["fit"].losses[0]
 
 
 def test_readme_gatmiry_example_runs():
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
-    code = re.search(r"## Depth versus looping.*?\n\n```python\n(.*?)```", text, re.S).group(1)
-    ns = {}
-    exec(compile(first.split("sol =")[0] + "from jaxicl.models import LinearTransformer\n", "README.md", "exec"), ns)
-    exec(compile(code, "README.md", "exec"), ns)
+    ns = _run_section("Depth versus looping", "from jaxicl.models import LinearTransformer\n")
+    code = ns["__code__"]
     import numpy as np
 
     from jaxicl.theory import gatmiry as G
@@ -44,12 +47,7 @@ def test_readme_gatmiry_example_runs():
 
 
 def test_readme_yang_example_runs():
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
-    code = re.search(r"## Multi-head softmax attention.*?\n\n```python\n(.*?)```", text, re.S).group(1)
-    ns = {}
-    exec(compile(first.split("sol =")[0], "README.md", "exec"), ns)
-    exec(compile(code, "README.md", "exec"), ns)
+    ns = _run_section("Multi-head softmax attention")
     assert float(ns["curve"][-1]) < 1e-4 * float(ns["curve"][0])  # four decades towards the ridge-regression limit
 
 
