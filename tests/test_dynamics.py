@@ -105,6 +105,16 @@ def test_gradient_descent_matches_closed_form_and_nan_names_the_step():
         icl.gradient_descent(loss, jnp.array(1.0), step=10.0, n_steps=2000)
 
 
+def test_gradient_descent_records_aux_and_can_report_divergence_instead_of_raising():
+    loss = lambda p: (0.5 * 3.0 * p**2, {"theta": p})  # noqa: E731
+    _, (curve, aux) = icl.gradient_descent(loss, jnp.array(1.0), step=0.1, n_steps=20, record_every=5, has_aux=True)
+    assert jnp.allclose(aux["theta"], 0.7 ** (5 * jnp.arange(4)), rtol=1e-12)  # θ at the recorded steps
+    assert jnp.allclose(curve, 1.5 * aux["theta"] ** 2, rtol=1e-12)
+    _, curve = icl.gradient_descent(lambda p: 0.5 * 3.0 * p**2, jnp.array(1.0), step=10.0, n_steps=2000, check_finite=False)
+    bad = ~jnp.isfinite(curve)
+    assert bool(bad[-1]) and not bool(bad[0])  # |1 − 30|^k overflows: the curve says where, nothing raised
+
+
 def test_optax_training_on_fresh_samples_approaches_the_exact_minimum():
     d, n = 2, 20
     task = icl.tasks.LinearRegression(d, n, jnp.eye(d))
