@@ -52,32 +52,9 @@ def test_readme_yang_example_runs():
 
 
 @pytest.mark.slow
-def test_reproduce_yang2024_full_passes_every_check(tmp_path):
+@pytest.mark.parametrize("paper", ["zhang2023", "ahn2023", "gatmiry2024", "yang2024"])
+def test_reproduce_full_passes_every_check(paper, tmp_path):
     from jaxicl.experiments import reproduce
 
-    (res,) = reproduce(["yang2024"], size="full", out=tmp_path)
-    assert all(c.passed is not False for c in res.checks)
-
-
-@pytest.mark.slow
-def test_reproduce_gatmiry2024_full_passes_every_check(tmp_path):
-    from jaxicl.experiments import reproduce
-
-    (res,) = reproduce(["gatmiry2024"], size="full", out=tmp_path)
-    assert all(c.passed is not False for c in res.checks)
-
-
-@pytest.mark.slow
-def test_reproduce_ahn2023_full_passes_every_check(tmp_path):
-    from jaxicl.experiments import reproduce
-
-    (res,) = reproduce(["ahn2023"], size="full", out=tmp_path)
-    assert all(c.passed is not False for c in res.checks)
-
-
-@pytest.mark.slow
-def test_reproduce_zhang2023_full_passes_every_check(tmp_path):
-    from jaxicl.experiments import reproduce
-
-    (res,) = reproduce(["zhang2023"], size="full", out=tmp_path)
+    (res,) = reproduce([paper], size="full", out=tmp_path)
     assert all(c.passed is not False for c in res.checks)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -82,9 +81,15 @@ def _sqrt_psd(G):
     return (U * jnp.sqrt(jnp.maximum(lam, 0.0))) @ U.T
 
 
+def _gram_assumption1(task: TemplateRegression) -> Float[Array, "N N"]:
+    """Z̄² = ZᵀZ + mτ I: the loss metric G under Assumption 1 (S = I), whatever the task's law of λ."""
+    Z = task.Z
+    return Z.T @ Z + task.m * task.tau * jnp.eye(task.n_context, dtype=Z.dtype)
+
+
 def z_bar(task: TemplateRegression) -> Float[Array, "N N"]:
     """Z̄ = (ZᵀZ + mτ I)^{1/2} (eq. 12)."""
-    return _sqrt_psd(loss_gram(task.with_coefficients(0.0, 1.0)))
+    return _sqrt_psd(_gram_assumption1(task))
 
 
 def attention_B(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, "K N H"]:
@@ -172,9 +177,9 @@ def theorem2_iterations(c: Theorem1Constants, task: TemplateRegression, B: float
 def inference_bound(A_hat, y, task: TemplateRegression):
     """The deterministic core of Thm 2: (1/2K)‖ŷ − ŷ⋆‖² ≤ ‖y‖² Δ / λ_min(Z̄²) with Δ the excess loss
     and λ_min(Z̄²) ≥ mτ (from Lemma 5: Δ ≥ λ_min(Z̄²)‖Â − A‖_F²/(2K))."""
-    t = task.with_coefficients(0.0, 1.0)
-    lam_min = jnp.linalg.eigvalsh(loss_gram(t))[0]
-    return jnp.sum(y**2, axis=-1) * excess_loss(A_hat, t) / lam_min
+    G = _gram_assumption1(task)
+    D = A_hat - ridge_matrix(task, task.m * task.tau)
+    return jnp.sum(y**2, axis=-1) * (jnp.sum(D * (G @ D)) / (2 * task.K)) / jnp.linalg.eigvalsh(G)[0]
 
 
 # --- inference: ŷ⋆, ŷ_best and the gap (§3.2) ----------------------------------------------------------
@@ -209,6 +214,14 @@ def expected_inference_loss(A_hat, task_eval: TemplateRegression, A_ref=None) ->
     return jnp.sum(D * (loss_gram(task_eval) @ D)) / (2 * task_eval.K)
 
 
+def _seen_gram(task: TemplateRegression, n_context):
+    """(N, mask of the N prompt tokens among K, G_N = Σ_{k≤N} z_k z_kᵀ); N may be traced."""
+    N = task.n_context if n_context is None else n_context
+    F = task.features
+    seen = (jnp.arange(task.K) < N).astype(F.dtype)
+    return N, seen, (F * seen[:, None]).T @ F
+
+
 def expected_gap(task: TemplateRegression, n_context=None) -> Float[Array, ""]:
     """E (1/K)‖ŷ⋆ − ŷ_best‖² in closed form (Fig. 3), for prompts of length ``n_context`` (default N;
     may be traced, so one program covers a range of N):
@@ -217,11 +230,9 @@ def expected_gap(task: TemplateRegression, n_context=None) -> Float[Array, ""]:
 
     G_N = Σ_{k≤N} z_k z_kᵀ (m×m): only the unseen labels differ, ŷ⋆_k − ŷbest_k = z_kᵀ(λ̂ − λ̂_τ),
     and E[Zy yᵀZᵀ] = G_N S G_N + τ trS G_N."""
-    N = task.n_context if n_context is None else n_context
+    N, seen, G = _seen_gram(task, n_context)
     F, m, tau = task.features, task.m, task.tau
     S = task.coef_second_moment()
-    seen = (jnp.arange(task.K) < N).astype(F.dtype)
-    G = (F * seen[:, None]).T @ F
     T = F.T @ F
     eye = jnp.eye(m, dtype=F.dtype)
     # one stacked LAPACK call, not two: two independent LAPACK custom calls in one XLA:CPU program can
@@ -236,10 +247,8 @@ def gap(y_all: Float[Array, "*batch K"], task: TemplateRegression, n_context=Non
     """(1/K)‖ŷ⋆ − ŷ_best‖² (§3.2, Fig. 3) for a prompt showing the first ``n_context`` (default N; may be
     traced) of the labels ``y_all``: only the unseen labels differ, by z_kᵀ(λ̂ − λ̂_τ), and both ridge
     solutions are m×m solves with the prompt as a mask."""
-    N = task.n_context if n_context is None else n_context
+    N, seen, G = _seen_gram(task, n_context)
     F, m, tau = task.features, task.m, task.tau
-    seen = (jnp.arange(task.K) < N).astype(F.dtype)
-    G = (F * seen[:, None]).T @ F
     b = ((y_all * seen) @ F).T  # Σ_{i ≤ N} y_i z_i, (m, *batch)
     eye = jnp.eye(m, dtype=F.dtype)
     sol = jnp.linalg.solve(jnp.stack([G + m * tau * eye, G + N * tau * eye]), jnp.stack([b, b]))  # one call, see above
