@@ -1,13 +1,14 @@
 """jaxicl: training dynamics of in-context-learning models, with exact losses and theorem checks."""
 
-from . import dynamics, losses, models, tasks, theory
-from .dynamics import FlowSolution, gradient_descent, gradient_flow, optax_train
+from . import baselines, dynamics, losses, models, tasks, theory
+from .dynamics import FlowSolution, gradient_descent, gradient_flow, optax_train, train
 from .losses import mc_loss, population_loss, register_population_loss, sample_loss
 from .sweep import sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "baselines",
     "dynamics",
     "losses",
     "models",
@@ -17,6 +18,7 @@ __all__ = [
     "gradient_descent",
     "gradient_flow",
     "optax_train",
+    "train",
     "mc_loss",
     "population_loss",
     "register_population_loss",

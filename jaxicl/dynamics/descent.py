@@ -16,8 +16,9 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 
-def check_finite_curve(losses, what: str = "loss"):
-    """Raise ``FloatingPointError`` naming the first step whose ``what`` is not finite."""
+def check_finite_curve(losses, what: str = "loss", first_step: int = 0):
+    """Raise ``FloatingPointError`` naming the first step whose ``what`` is not finite (``losses[i]`` is
+    step ``first_step + i``)."""
     if isinstance(losses, jax.core.Tracer):
         return eqx.error_if(losses, ~jnp.all(jnp.isfinite(losses)), f"non-finite {what} during training")
     arr = np.asarray(losses)
@@ -27,7 +28,7 @@ def check_finite_curve(losses, what: str = "loss"):
         step = int(np.argmax(flat))
         raise FloatingPointError(
             f"training diverged: {what} is {arr.reshape(arr.shape[0], -1)[step].ravel()[:4]} at step "
-            f"{step}. Reduce the step size / learning rate or the initialization scale."
+            f"{first_step + step}. Reduce the step size / learning rate or the initialization scale."
         )
     return losses
 

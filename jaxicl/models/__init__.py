@@ -12,8 +12,15 @@ from .linear_transformer import (
 )
 from .lsa import LinearSelfAttention
 from .softmax_attention import MultiHeadSoftmaxICL
+from .transformer import AlgoFormer, Block, BlockStack, LoopedTransformer, StandardTransformer, n_params
 
 __all__ = [
+    "AlgoFormer",
+    "Block",
+    "BlockStack",
+    "LoopedTransformer",
+    "StandardTransformer",
+    "n_params",
     "BlockWeights",
     "FullWeights",
     "GramBatch",

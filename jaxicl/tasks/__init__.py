@@ -18,9 +18,27 @@ from .covariance import (
     gauss_legendre,
 )
 from .linear_regression import FixedGramRegression, LinearRegression, Prompt, embed
+from .sequence import (
+    ARRepresentation,
+    CoTMLP,
+    LeakyReluMLP,
+    RepresentationRegression,
+    SequencePrompt,
+    garg_encoding,
+    next_token_encoding,
+    stacked_encoding,
+)
 from .template_regression import TemplatePrompt, TemplateRegression, check_dictionary, random_dictionary
 
 __all__ = [
+    "ARRepresentation",
+    "CoTMLP",
+    "LeakyReluMLP",
+    "RepresentationRegression",
+    "SequencePrompt",
+    "garg_encoding",
+    "next_token_encoding",
+    "stacked_encoding",
     "CovariancePrior",
     "FixedCovariance",
     "RandomDiagonalCovariance",

@@ -1,0 +1,234 @@
+"""Long training runs: optax (AdamW by default) on fresh prompts every step, compiled in chunks of steps
+with ``lax.scan``, with a progress bar, periodic evaluation and atomic, resumable checkpoints.
+
+Step s draws its randomness from ``fold_in(key, s)``, so the trajectory does not depend on the chunking:
+a run interrupted after a checkpoint and started again with the same arguments resumes from it and
+follows exactly the loss curve of an uninterrupted run (same backend).
+
+Example::
+
+    loss = lambda m, key, step: icl.losses.sequence_loss(m, task.prompts(key, 64))
+    res = icl.dynamics.train(loss, model, 20_000, key, checkpoint="runs/std.ckpt")
+    res.model, res.losses, res.evals
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Int, PRNGKeyArray, PyTree
+
+from .._io import atomic_output
+from .descent import check_finite_curve
+
+_MAGIC = "jaxicl-checkpoint-v1"
+
+
+class Curriculum(eqx.Module):
+    """Curriculum on the input dimension and the number of examples (Garg et al. §3): both start small and
+    grow by ``*_inc`` every ``every`` steps up to the task's full size. ``at(step)`` gives the
+    ``(d_active, n_active)`` a task's ``prompts`` takes (traceable in ``step``)."""
+
+    d_start: int = eqx.field(static=True)
+    d_end: int = eqx.field(static=True)
+    d_inc: int = eqx.field(static=True)
+    n_start: int = eqx.field(static=True)
+    n_end: int = eqx.field(static=True)
+    n_inc: int = eqx.field(static=True)
+    every: int = eqx.field(static=True)
+
+    def __init__(self, d=(5, 20, 1), n=(11, 41, 2), every: int = 2000):
+        for name, (start, end, inc) in (("d", d), ("n", n)):
+            if not 1 <= start <= end or inc < 0:
+                raise ValueError(f"curriculum {name} = (start, end, increment) needs 1 <= start <= end and "
+                                 f"increment >= 0; got {(start, end, inc)}.")
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1 step, got {every}.")
+        (self.d_start, self.d_end, self.d_inc), (self.n_start, self.n_end, self.n_inc) = map(int, d), map(int, n)
+        self.every = int(every)
+
+    def at(self, step: Int[Array, ""]) -> tuple[Int[Array, ""], Int[Array, ""]]:
+        k = step // self.every
+        return (jnp.minimum(self.d_start + k * self.d_inc, self.d_end),
+                jnp.minimum(self.n_start + k * self.n_inc, self.n_end))
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """``losses`` (n_steps, …): the training loss of every step (a vector per step when the loss function
+    returns one loss per ensemble member); ``evals``: name -> array over ``eval_steps``;
+    ``steps_per_second``: after compilation, over the chunks run by this call."""
+
+    model: PyTree
+    opt_state: PyTree
+    losses: np.ndarray
+    eval_steps: np.ndarray
+    evals: dict
+    steps_per_second: float
+    resumed_from: int
+
+
+def cast_floating(tree: PyTree, dtype) -> PyTree:
+    """Every floating array leaf cast to ``dtype`` (mixed precision: bf16 compute on f32 master weights)."""
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
+
+
+def _fingerprint(params, opt_state, config) -> dict:
+    leaves = jax.tree_util.tree_leaves((params, opt_state))
+    return {"config": config or {},
+            "structure": str(jax.tree_util.tree_structure((params, opt_state))),
+            "leaves": [[list(np.shape(x)), str(np.asarray(x).dtype)] for x in leaves]}
+
+
+def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fingerprint) -> None:
+    """One file, written atomically: a JSON header line, the loss history (``.npy``), then the parameters
+    and optimizer state (Equinox serialisation)."""
+    header = {"magic": _MAGIC, "step": int(step), "key": np.asarray(key).tolist(),
+              "evals": evals, "fingerprint": fingerprint}
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        f.write((json.dumps(header) + "\n").encode())
+        np.save(f, np.asarray(losses))
+        eqx.tree_serialise_leaves(f, (params, opt_state))
+
+
+def load_checkpoint(path, params, opt_state, fingerprint):
+    """(params, opt_state, step, key, losses, evals); ``ValueError`` if written by another configuration."""
+    with open(path, "rb") as f:
+        try:
+            header = json.loads(f.readline())
+        except ValueError:
+            header = {}
+        if header.get("magic") != _MAGIC:
+            raise ValueError(f"{path} is not a jaxicl training checkpoint.")
+        theirs = header["fingerprint"]
+        if theirs != fingerprint:
+            what = [k for k in fingerprint if theirs.get(k) != fingerprint[k]]
+            diff = ""
+            if "config" in what:
+                keys = sorted(set(theirs["config"]) | set(fingerprint["config"]))
+                diff = "; ".join(f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
+                                 for k in keys if theirs["config"].get(k) != fingerprint["config"].get(k))
+            raise ValueError(f"checkpoint {path} was written by another configuration ({', '.join(what)} differ"
+                             f"{': ' + diff if diff else ''}). Use another checkpoint path or delete it to start "
+                             "afresh.")
+        losses = np.load(f)
+        params, opt_state = eqx.tree_deserialise_leaves(f, (params, opt_state))
+    key = jnp.asarray(np.asarray(header["key"], dtype=np.uint32))
+    return params, opt_state, header["step"], key, losses, header["evals"]
+
+
+def train(
+    loss_fn: Callable[[PyTree, PRNGKeyArray, Int[Array, ""]], Array],
+    model: PyTree,
+    n_steps: int,
+    key: PRNGKeyArray,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    chunk_size: int = 500,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    eval_fn: Callable[[PyTree], dict] | None = None,
+    eval_every: int | None = None,
+    compute_dtype=None,
+    config: dict | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train ``model`` for ``n_steps`` steps on ``loss_fn(model, key, step)`` (a fresh batch per step).
+
+    Args:
+        loss_fn: returns a scalar loss, or a vector (one loss per member of a ``vmap``-ped ensemble; their
+            sum is differentiated, so members train independently under an elementwise optimizer like Adam).
+        optimizer: default ``optax.adamw(1e-4)``; pass any optax transformation (a schedule as its lr).
+        chunk_size: steps per compiled ``lax.scan``; the progress bar, evaluation and checkpoints happen
+            between chunks (``eval_every`` and ``checkpoint_every`` are multiples of it).
+        checkpoint: file to resume from if it exists and to write every ``checkpoint_every`` steps (default:
+            every chunk) and at the end. A checkpoint of another configuration (model structure, shapes,
+            optimizer state or ``config``) is refused with an error.
+        eval_fn: ``eval_fn(model) -> {name: scalar}`` at step 0 and every ``eval_every`` steps.
+        compute_dtype: e.g. ``jnp.bfloat16``: the forward and backward passes run in this dtype, the
+            master weights and optimizer state stay in their own (float32) dtype.
+        config: JSON-able description of the run, stored in and checked against the checkpoint.
+
+    A non-finite loss raises ``FloatingPointError`` naming the step; the last checkpoint is left intact.
+    """
+    n_steps, chunk_size = int(n_steps), int(chunk_size)
+    if n_steps < 0 or chunk_size < 1:
+        raise ValueError(f"need n_steps >= 0 and chunk_size >= 1, got {n_steps}, {chunk_size}.")
+    checkpoint_every = chunk_size if checkpoint_every is None else int(checkpoint_every)
+    eval_every = eval_every and int(eval_every)
+    for name, every in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
+        if every and every % chunk_size:
+            raise ValueError(f"{name} = {every} must be a multiple of chunk_size = {chunk_size}.")
+    optimizer = optimizer or optax.adamw(1e-4)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    opt_state = optimizer.init(params)
+    fingerprint = _fingerprint(params, opt_state, config)
+    step, losses, evals = 0, [], {}
+    if checkpoint is not None and Path(checkpoint).exists():
+        params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint)
+        if step > n_steps:
+            raise ValueError(f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}.")
+        losses = list(old)
+    resumed_from = step
+
+    def loss_of(p, k, s):
+        m = eqx.combine(p, static)
+        loss = loss_fn(m if compute_dtype is None else cast_floating(m, compute_dtype), k, s)
+        return jnp.sum(loss.astype(jnp.float32)), loss.astype(jnp.float32)
+
+    @jax.jit
+    def run_chunk(p, state, k, steps):
+        def one(carry, s):
+            p, state = carry
+            (_, loss), g = jax.value_and_grad(loss_of, has_aux=True)(p, jax.random.fold_in(k, s), s)
+            updates, state = optimizer.update(g, state, p)
+            return (optax.apply_updates(p, updates), state), loss
+
+        return jax.lax.scan(one, (p, state), steps)
+
+    def evaluate(s):
+        if eval_fn is not None and str(s) not in evals and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps):
+            evals[str(s)] = {k: np.asarray(v).tolist() for k, v in eval_fn(eqx.combine(params, static)).items()}
+
+    def save(s):
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, params, opt_state, s, key, np.asarray(losses), evals, fingerprint)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=n_steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
+    evaluate(step)
+    timed_steps, timed_seconds, first = 0, 0.0, True
+    while step < n_steps:
+        n = min(chunk_size, n_steps - step)
+        t0 = time.perf_counter()
+        (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, jnp.arange(step, step + n))
+        chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
+        seconds = time.perf_counter() - t0
+        check_finite_curve(chunk_losses, "training loss", first_step=step)
+        params, opt_state = new_params, new_state
+        losses.extend(chunk_losses)
+        step += n
+        if not first:
+            timed_steps, timed_seconds = timed_steps + n, timed_seconds + seconds
+        first = False
+        bar.update(n)
+        bar.set_postfix(loss=f"{float(np.mean(chunk_losses)):.4g}", steps_per_s=f"{n / seconds:.1f}")
+        evaluate(step)
+        if step % checkpoint_every == 0 or step == n_steps:
+            save(step)
+    bar.close()
+    eval_steps = np.array(sorted(int(s) for s in evals))
+    names = sorted({k for v in evals.values() for k in v})
+    eval_arrays = {k: np.array([evals[str(s)][k] for s in eval_steps]) for k in names}
+    return TrainResult(eqx.combine(params, static), opt_state, np.asarray(losses), eval_steps, eval_arrays,
+                       timed_steps / timed_seconds if timed_seconds else float("nan"), resumed_from)

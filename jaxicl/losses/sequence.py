@@ -1,0 +1,73 @@
+"""Losses of softmax transformers on token-sequence prompts (Monte Carlo over a batch of prompts).
+
+The squared error ‖TF(P^i) − y_i‖² at every scored position i (every prefix length with the encoding of
+Garg et al.), averaged over positions and prompts; for looped models also over the loop counts
+t = T_0, …, T with T_0 = max(T − ΔT, 0) (AlgoFormer eq. 6). Eq. (6) normalises by T − T_0 but sums
+T − T_0 + 1 terms; here the terms are averaged, and t = 0 (no loop at all) is skipped.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ..tasks.sequence import SequencePrompt
+
+
+def is_looped(model) -> bool:
+    return hasattr(model, "outputs_per_loop")
+
+
+def loop_weights(T: int, delta_T: int) -> Float[Array, " T"]:
+    """Weights of loop counts t = 1…T in eq. (6): 1/(number of terms) for T_0 <= t <= T, 0 before."""
+    T, delta_T = int(T), int(delta_T)
+    if T < 1 or delta_T < 0:
+        raise ValueError(f"need T >= 1 loops and ΔT >= 0 (eq. 6), got T={T}, ΔT={delta_T}.")
+    t = jnp.arange(1, T + 1)
+    on = t >= max(T - delta_T, 1)
+    return on / jnp.sum(on)
+
+
+def _sq_err(pred, prompt: SequencePrompt, target: str):
+    y = getattr(prompt, target)
+    return jnp.sum((pred.astype(y.dtype) - y) ** 2, axis=-1)
+
+
+def _masked_mean(err, mask):
+    return jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1)
+
+
+def sequence_loss(model, prompts: SequencePrompt, loops: tuple[int, int] | None = None,
+                  target: str = "targets") -> Float[Array, ""]:
+    """Mean over a batch of prompts (leading axis) of the masked mean squared error; ``loops = (T, ΔT)`` for
+    looped models (eq. 6), ``None`` for a standard transformer."""
+    if is_looped(model) != (loops is not None):
+        raise ValueError("pass loops=(T, ΔT) for a looped model / AlgoFormer and loops=None for a standard "
+                         f"transformer (got a {type(model).__name__} with loops={loops}).")
+
+    def one(p):
+        if loops is None:
+            return _masked_mean(_sq_err(model(p.tokens), p, target), p.mask)
+        outs = model.outputs_per_loop(p.tokens, loops[0])  # (T, tokens, d_out)
+        per_loop = jax.vmap(lambda o: _masked_mean(_sq_err(o, p, target), p.mask))(outs)
+        return per_loop @ loop_weights(*loops).astype(per_loop.dtype)
+
+    return jnp.mean(jax.vmap(one)(prompts))
+
+
+def position_errors(model, prompts: SequencePrompt, n_loops=None, target: str = "clean") -> Float[Array, "batch T"]:
+    """Squared error at every position of every prompt (zero where the mask is off); ``n_loops`` for looped
+    models (any count, traced or not). Validation compares against the clean targets by default."""
+    if is_looped(model) and n_loops is None:
+        raise ValueError(f"a {type(model).__name__} needs n_loops for evaluation.")
+    predict = (lambda t: model(t, n_loops)) if is_looped(model) else model
+    return jax.vmap(lambda p: _sq_err(predict(p.tokens), p, target) * p.mask)(prompts)
+
+
+def prefix_curve(model, prompts: SequencePrompt, n_loops=None, target: str = "clean") -> Float[Array, " N"]:
+    """Mean squared error at each scored position (in order), averaged over the batch: with the encoding of
+    Garg et al. the error as a function of the number of in-context examples (AlgoFormer Fig. 2)."""
+    err = position_errors(model, prompts, n_loops, target)
+    scored = jnp.flatnonzero(prompts.mask[0] > 0, size=int(jnp.sum(prompts.mask[0] > 0)))
+    return jnp.mean(err[:, scored], axis=0)

@@ -1,0 +1,276 @@
+"""GPT-2-style softmax transformers for in-context learning: standard, looped and AlgoFormer.
+
+A prompt is a token sequence (T, w) (see :mod:`jaxicl.tasks.sequence` for the encodings of Garg et al.
+and of the linear papers); every model maps it to one prediction per position, (T, d_out), and the
+loss reads the positions the encoding marks.
+
+- :class:`StandardTransformer`: read-in + learned positions, L decoder blocks, final LayerNorm, read-out
+  (the GPT-2 model of Garg et al. and of Zhang et al.'s Fig. 1).
+- :class:`LoopedTransformer`: one block stack applied b times with the input injected at every loop,
+  h_t = TF(h_{t−1} + e), h_0 = 0 (Yang et al. 2024, the AlgoFormer paper's "vanilla looped transformer").
+- :class:`AlgoFormer`: TF_post(TF_loop(⋯ TF_loop(TF_pre(e)) ⋯)) with T loops (AlgoFormer, eq. 2); each
+  sub-transformer has its own depth and number of heads.
+
+The loop count of both looped models is a runtime value (``n_loops`` may be traced: evaluation at many
+more loops than trained reuses one compiled program). Training uses :meth:`outputs_per_loop`, which
+returns the read-out after each of the first ``max_loops`` loops, for the loop-averaged loss (eq. 6).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+
+def _layer_norm(h, scale, bias, eps=1e-5):
+    mu = jnp.mean(h, -1, keepdims=True)
+    var = jnp.mean((h - mu) ** 2, -1, keepdims=True)
+    return (h - mu) * jax.lax.rsqrt(var + eps) * scale + bias
+
+
+class Block(eqx.Module):
+    """Pre-LayerNorm decoder block: h + Attn(LN(h)), then h + MLP(LN(h)), with causal multi-head softmax
+    attention and a GELU MLP (GPT-2). Operates on one sequence (T, D)."""
+
+    ln1: Float[Array, "2 D"]
+    w_qkv: Float[Array, "D 3D"]
+    b_qkv: Float[Array, " 3D"]
+    w_out: Float[Array, "D D"]
+    b_out: Float[Array, " D"]
+    ln2: Float[Array, "2 D"]
+    w_ff1: Float[Array, "D F"]
+    b_ff1: Float[Array, " F"]
+    w_ff2: Float[Array, "F D"]
+    b_ff2: Float[Array, " D"]
+    n_heads: int = eqx.field(static=True)
+
+    def __init__(self, key: PRNGKeyArray, d_model: int, n_heads: int, d_ff: int, residual_scale: float = 1.0,
+                 dtype=None):
+        if d_model % n_heads:
+            raise ValueError(f"d_model = {d_model} is not divisible by n_heads = {n_heads}.")
+        dtype = dtype or jnp.result_type(float)
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        std = 0.02  # GPT-2 initialisation; residual projections scaled by 1/sqrt(2 L)
+        ln = jnp.stack([jnp.ones(d_model, dtype), jnp.zeros(d_model, dtype)])
+        self.ln1, self.ln2 = ln, ln
+        self.w_qkv = std * jax.random.normal(k1, (d_model, 3 * d_model), dtype)
+        self.b_qkv = jnp.zeros(3 * d_model, dtype)
+        self.w_out = std * residual_scale * jax.random.normal(k2, (d_model, d_model), dtype)
+        self.b_out = jnp.zeros(d_model, dtype)
+        self.w_ff1 = std * jax.random.normal(k3, (d_model, d_ff), dtype)
+        self.b_ff1 = jnp.zeros(d_ff, dtype)
+        self.w_ff2 = std * residual_scale * jax.random.normal(k4, (d_ff, d_model), dtype)
+        self.b_ff2 = jnp.zeros(d_model, dtype)
+        self.n_heads = int(n_heads)
+
+    def __call__(self, h: Float[Array, "T D"]) -> Float[Array, "T D"]:
+        T, D = h.shape
+        H = self.n_heads
+        x = _layer_norm(h, *self.ln1)
+        q, k, v = jnp.split(x @ self.w_qkv + self.b_qkv, 3, axis=-1)
+        q, k, v = (a.reshape(T, H, D // H) for a in (q, k, v))
+        logits = jnp.einsum("thc,shc->hts", q, k) / math.sqrt(D // H)
+        causal = jnp.tril(jnp.ones((T, T), bool))
+        logits = jnp.where(causal, logits, jnp.finfo(logits.dtype).min)
+        att = jax.nn.softmax(logits, axis=-1)
+        h = h + jnp.einsum("hts,shc->thc", att, v).reshape(T, D) @ self.w_out + self.b_out
+        x = _layer_norm(h, *self.ln2)
+        return h + jax.nn.gelu(x @ self.w_ff1 + self.b_ff1) @ self.w_ff2 + self.b_ff2
+
+
+class BlockStack(eqx.Module):
+    """L blocks with their parameters stacked on a leading axis, applied with ``lax.scan`` (one compiled
+    block whatever the depth)."""
+
+    blocks: Block
+
+    def __init__(self, key: PRNGKeyArray, n_layers: int, d_model: int, n_heads: int, d_ff: int,
+                 residual_scale: float = 1.0, dtype=None):
+        if int(n_layers) < 1:
+            raise ValueError(f"a transformer needs n_layers >= 1, got {n_layers}.")
+        make = lambda k: Block(k, d_model, n_heads, d_ff, residual_scale, dtype)  # noqa: E731
+        self.blocks = eqx.filter_vmap(make)(jax.random.split(key, int(n_layers)))
+
+    @property
+    def n_layers(self) -> int:
+        return self.blocks.b_out.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.blocks.n_heads
+
+    def __call__(self, h: Float[Array, "T D"]) -> Float[Array, "T D"]:
+        params, static = eqx.partition(self.blocks, eqx.is_array)
+        h, _ = jax.lax.scan(lambda h, p: (eqx.combine(p, static)(h), None), h, params)
+        return h
+
+
+class ReadInOut(eqx.Module):
+    """Read-in (linear map of tokens + learned positional embeddings) and read-out (final LayerNorm and a
+    linear map to the prediction), as in Garg et al.'s GPT-2 wrapper."""
+
+    w_in: Float[Array, "w D"]
+    b_in: Float[Array, " D"]
+    positions: Float[Array, "max_len D"]
+    ln_f: Float[Array, "2 D"]
+    w_out: Float[Array, "D d_out"]
+    b_out: Float[Array, " d_out"]
+
+    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, d_model: int, max_len: int, dtype=None):
+        dtype = dtype or jnp.result_type(float)
+        k1, k2, k3 = jax.random.split(key, 3)
+        self.w_in = jax.random.normal(k1, (d_in, d_model), dtype) / math.sqrt(d_in)
+        self.b_in = jnp.zeros(d_model, dtype)
+        self.positions = 0.02 * jax.random.normal(k2, (max_len, d_model), dtype)
+        self.ln_f = jnp.stack([jnp.ones(d_model, dtype), jnp.zeros(d_model, dtype)])
+        self.w_out = jax.random.normal(k3, (d_model, d_out), dtype) / math.sqrt(d_model)
+        self.b_out = jnp.zeros(d_out, dtype)
+
+    @property
+    def max_len(self) -> int:
+        return self.positions.shape[0]
+
+    def read_in(self, tokens: Float[Array, "T w"]) -> Float[Array, "T D"]:
+        if tokens.ndim != 2 or tokens.shape[1] != self.w_in.shape[0]:
+            raise ValueError(f"the model reads tokens of width {self.w_in.shape[0]} as a (T, width) array; got shape "
+                             f"{tokens.shape} (batch prompts with jax.vmap).")
+        if tokens.shape[0] > self.max_len:
+            raise ValueError(f"a prompt of {tokens.shape[0]} tokens is longer than the positional table "
+                             f"(max_len = {self.max_len}); build the model with a larger max_len.")
+        tokens = tokens.astype(self.w_in.dtype)  # mixed precision: compute in the parameters' dtype
+        return tokens @ self.w_in + self.b_in + self.positions[: tokens.shape[0]]
+
+    def read_out(self, h: Float[Array, "T D"]) -> Float[Array, "T d_out"]:
+        return _layer_norm(h, *self.ln_f) @ self.w_out + self.b_out
+
+
+def _check_loops(n_loops):
+    """Loop counts must be >= 1: an error now when concrete, ``eqx.error_if`` at run time when traced."""
+    if isinstance(n_loops, jax.core.Tracer):
+        return eqx.error_if(n_loops, n_loops < 1, "the loop count must be >= 1")
+    if int(n_loops) < 1:
+        raise ValueError(f"the loop count must be >= 1, got {n_loops}.")
+    return n_loops
+
+
+class _Transformer(eqx.Module):
+    """Common constructor arguments: ``d_in`` (token width), ``d_out`` (prediction width), ``max_len``
+    (positional table), ``d_model``, ``d_ff`` (default 4 d_model)."""
+
+    io: ReadInOut
+
+    @property
+    def max_len(self) -> int:
+        return self.io.max_len
+
+    @property
+    def d_in(self) -> int:
+        return self.io.w_in.shape[0]
+
+    @property
+    def d_out(self) -> int:
+        return self.io.w_out.shape[1]
+
+
+class StandardTransformer(_Transformer):
+    """GPT-2 decoder with L layers: read_out(TF(read_in(tokens)))."""
+
+    layers: BlockStack
+
+    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, *, n_layers: int = 12, d_model: int = 256,
+                 n_heads: int = 8, d_ff: int | None = None, max_len: int = 101, dtype=None):
+        k1, k2 = jax.random.split(key)
+        self.io = ReadInOut(k1, d_in, d_out, d_model, max_len, dtype)
+        self.layers = BlockStack(k2, n_layers, d_model, n_heads, d_ff or 4 * d_model, 1 / math.sqrt(2 * n_layers),
+                                 dtype)
+
+    def __call__(self, tokens: Float[Array, "T w"]) -> Float[Array, "T d_out"]:
+        return self.io.read_out(self.layers(self.io.read_in(tokens)))
+
+
+class _Looped(_Transformer):
+    def _init_state(self, e):
+        raise NotImplementedError
+
+    def _loop(self, h, e):
+        raise NotImplementedError
+
+    def _output(self, h):
+        raise NotImplementedError
+
+    def __call__(self, tokens: Float[Array, "T w"], n_loops: int | Int[Array, ""]) -> Float[Array, "T d_out"]:
+        """Prediction after ``n_loops`` >= 1 loops (a Python int or a traced integer; any count, including far
+        more than trained). Forward only: use :meth:`outputs_per_loop` to differentiate."""
+        n_loops = _check_loops(n_loops)
+        e = self.io.read_in(tokens)
+        h = jax.lax.fori_loop(0, n_loops, lambda _, h: self._loop(h, e), self._init_state(e))
+        return self._output(h)
+
+    def outputs_per_loop(self, tokens: Float[Array, "T w"], max_loops: int) -> Float[Array, "max_loops T d_out"]:
+        """Predictions after 1, 2, …, ``max_loops`` loops (static count; differentiable), for eq. (6)."""
+        if int(max_loops) < 1:
+            raise ValueError(f"the loop count must be >= 1, got {max_loops}.")
+        e = self.io.read_in(tokens)
+
+        def step(h, _):
+            h = self._loop(h, e)
+            return h, self._output(h)
+
+        return jax.lax.scan(step, self._init_state(e), None, length=int(max_loops))[1]
+
+
+class LoopedTransformer(_Looped):
+    """One block stack applied b times with input injection: h_t = TF(h_{t−1} + e), h_0 = 0, output
+    read_out(h_b) (Yang et al. 2024; the AlgoFormer paper's vanilla looped transformer)."""
+
+    loop: BlockStack
+
+    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, *, n_layers: int = 1, d_model: int = 256,
+                 n_heads: int = 8, d_ff: int | None = None, max_len: int = 101, dtype=None):
+        k1, k2 = jax.random.split(key)
+        self.io = ReadInOut(k1, d_in, d_out, d_model, max_len, dtype)
+        self.loop = BlockStack(k2, n_layers, d_model, n_heads, d_ff or 4 * d_model, dtype=dtype)
+
+    def _init_state(self, e):
+        return jnp.zeros_like(e)
+
+    def _loop(self, h, e):
+        return self.loop(h + e)
+
+    def _output(self, h):
+        return self.io.read_out(h)
+
+
+class AlgoFormer(_Looped):
+    """TF_post(TF_loop^T(TF_pre(e))) (AlgoFormer, eq. 2). ``layers`` and ``heads`` are (pre, loop, post)."""
+
+    pre: BlockStack
+    loop: BlockStack
+    post: BlockStack
+
+    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, *, layers=(1, 1, 1), heads=(8, 8, 8),
+                 d_model: int = 256, d_ff: int | None = None, max_len: int = 101, dtype=None):
+        if len(layers) != 3 or len(heads) != 3:
+            raise ValueError(f"layers and heads are (pre, loop, post) triples; got layers={layers}, heads={heads}.")
+        k1, *ks = jax.random.split(key, 4)
+        self.io = ReadInOut(k1, d_in, d_out, d_model, max_len, dtype)
+        self.pre, self.loop, self.post = (BlockStack(k, n, d_model, h, d_ff or 4 * d_model, dtype=dtype)
+                                          for k, n, h in zip(ks, layers, heads))
+
+    def _init_state(self, e):
+        return self.pre(e)
+
+    def _loop(self, h, e):
+        return self.loop(h)
+
+    def _output(self, h):
+        return self.io.read_out(self.post(h))
+
+
+def n_params(model) -> int:
+    """Number of trainable scalars."""
+    return sum(x.size for x in jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))

@@ -1,0 +1,295 @@
+"""Token-sequence prompts for softmax transformers, and the tasks of the AlgoFormer paper (§3, §5.1).
+
+A :class:`SequencePrompt` is what a transformer reads and what its loss scores: ``tokens`` (T, w),
+``targets`` (T, d_out) and a 0/1 ``mask`` (T,) of the scored positions. Encodings:
+
+- :func:`garg_encoding` (Garg et al.): x_1, y_1, x_2, y_2, … as separate tokens, y zero-padded to the
+  width of x; the prediction of y_i is read at the position of x_i, so one pass gives the prediction at
+  every prefix length i = 1…N (causal attention sees x_1, y_1, …, x_i).
+- :func:`stacked_encoding` (the linear papers): one token (x_i, y_i) per example, then query tokens (x, 0)
+  whose predictions are read.
+- :func:`next_token_encoding` (AR(q), CoT): tokens s_1…s_{T}, target of position j is s_{j+1}.
+
+Tasks (each draws prompts with ``prompts(key, batch)`` and keeps the clean targets for validation):
+
+- :class:`RepresentationRegression`: y = A Φ*(x) + ε (§3.1, §5.1); with ``phi=None`` noisy linear
+  regression, with any covariance prior for x (Zhang et al.'s random diagonal covariance, Fig. 1).
+- :class:`ARRepresentation`: x_{t+1} = A Φ*([x_{t+1−q}, …, x_t]) + ε_t (§3.2).
+- :class:`CoTMLP`: chains x, s¹ = σ(W¹x), …, s^L (§3.3, Li et al. 2023), W^ℓ drawn per prompt.
+
+Φ* is a fixed :class:`LeakyReluMLP` drawn once from a seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .covariance import CovariancePrior, FixedCovariance
+
+
+class SequencePrompt(eqx.Module):
+    """``tokens`` (T, w), ``targets`` (T, d_out) (noisy labels, trained on), ``clean`` (T, d_out) (noise-free
+    targets, validated on) and ``mask`` (T,) of scored positions. A batch has a leading axis on every leaf."""
+
+    tokens: Float[Array, "T w"]
+    targets: Float[Array, "T d_out"]
+    clean: Float[Array, "T d_out"]
+    mask: Float[Array, " T"]
+
+
+def garg_encoding(xs: Float[Array, "N d"], ys: Float[Array, "N m"], ys_clean=None) -> SequencePrompt:
+    """x_1, (y_1, 0), x_2, (y_2, 0), …: 2N tokens of width max(d, m); predictions at the x positions."""
+    N, d = xs.shape
+    m = ys.shape[1]
+    w = max(d, m)
+    pad = lambda a: jnp.pad(a, ((0, 0), (0, w - a.shape[1])))  # noqa: E731
+    tokens = jnp.stack([pad(xs), pad(ys)], axis=1).reshape(2 * N, w)
+    at_x = lambda a: jnp.stack([a, jnp.zeros_like(a)], axis=1).reshape(2 * N, m)  # noqa: E731
+    mask = jnp.tile(jnp.array([1.0, 0.0], xs.dtype), N)
+    return SequencePrompt(tokens, at_x(ys), at_x(ys if ys_clean is None else ys_clean), mask)
+
+
+def stacked_encoding(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_context: int, ys_clean=None
+                     ) -> SequencePrompt:
+    """Tokens (x_i, y_i) for i ≤ n_context, then queries (x_i, 0) whose predictions are scored (eq. (2)/(4)
+    of Yang et al.; the column-stacked prompt of the linear papers with the columns as tokens)."""
+    N = xs.shape[0]
+    if not 1 <= n_context < N:
+        raise ValueError(f"need 1 <= n_context < number of examples ({N}) so that at least one query remains; "
+                         f"got n_context={n_context}.")
+    query = jnp.arange(N) >= n_context
+    tokens = jnp.concatenate([xs, jnp.where(query[:, None], 0.0, ys)], axis=1)
+    return SequencePrompt(tokens, ys, ys if ys_clean is None else ys_clean, query.astype(xs.dtype))
+
+
+def next_token_encoding(seq: Float[Array, "S d"], mask: Float[Array, " S"], clean=None) -> SequencePrompt:
+    """Tokens s_1…s_{S−1}; position j predicts s_{j+1} where ``mask[j+1]`` is set."""
+    clean = seq if clean is None else clean
+    return SequencePrompt(seq[:-1], seq[1:], clean[1:], mask[1:])
+
+
+class LeakyReluMLP(eqx.Module):
+    """Fixed representation Φ*: an MLP with leaky-ReLU activations between layers (none after the last).
+
+    Weights W_ℓ ~ N(0, gain²/fan_in) with gain √(2/(1 + slope²)), the variance-preserving (He) scale, so
+    features keep unit scale through the layers."""
+
+    weights: tuple
+    slope: float = eqx.field(static=True)
+
+    def __init__(self, key: PRNGKeyArray, sizes, slope: float = 0.1, dtype=None):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"sizes are the layer widths (input, hidden…, output), all >= 1; got {sizes}.")
+        dtype = dtype or jnp.result_type(float)
+        gain = math.sqrt(2 / (1 + slope**2))
+        keys = jax.random.split(key, len(sizes) - 1)
+        self.weights = tuple(gain / math.sqrt(a) * jax.random.normal(k, (a, b), dtype)
+                             for k, a, b in zip(keys, sizes[:-1], sizes[1:]))
+        self.slope = float(slope)
+
+    @property
+    def d_in(self) -> int:
+        return self.weights[0].shape[0]
+
+    @property
+    def d_out(self) -> int:
+        return self.weights[-1].shape[1]
+
+    def __call__(self, x: Float[Array, "... d_in"]) -> Float[Array, "... d_out"]:
+        for i, W in enumerate(self.weights):
+            x = x @ W
+            if i < len(self.weights) - 1:
+                x = jax.nn.leaky_relu(x, self.slope)
+        return x
+
+
+def _positive_int(name, value, low=1):
+    if int(value) < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}.")
+    return int(value)
+
+
+def _noise(noise_std):
+    noise_std = float(noise_std)
+    if not noise_std >= 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}.")
+    return noise_std
+
+
+class _SequenceTask(eqx.Module):
+    def prompt(self, key: PRNGKeyArray, d_active=None, n_active=None) -> SequencePrompt:
+        raise NotImplementedError
+
+    def prompts(self, key: PRNGKeyArray, batch: int, d_active=None, n_active=None) -> SequencePrompt:
+        """``batch`` iid prompts. ``d_active`` / ``n_active`` (curriculum, Garg et al.): only the first
+        ``d_active`` input coordinates are non-zero and only the first ``n_active`` examples are scored."""
+        return jax.vmap(lambda k: self.prompt(k, d_active, n_active))(jax.random.split(key, batch))
+
+
+def _active(xs, d_active):
+    return xs if d_active is None else jnp.where(jnp.arange(xs.shape[-1]) < d_active, xs, 0.0)
+
+
+class RepresentationRegression(_SequenceTask):
+    """y_i = A Φ*(x_i) + ε_i, x_i ~ N(0, Λ), A ~ N(0, I/k) ∈ R^{m×k}, ε ~ N(0, σ² I_m) (AlgoFormer §3.1, §5.1).
+
+    ``phi=None`` is noisy linear regression (k = d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
+    ``covariance``: a :class:`CovariancePrior` for Λ (identity by default; Zhang et al.'s random diagonal
+    covariance for Fig. 1). Prompts of N = ``n_context`` examples in the ``encoding`` "garg" (predictions
+    at every prefix) or "stacked" (the last example is the query)."""
+
+    d: int = eqx.field(static=True)
+    n_context: int = eqx.field(static=True)
+    d_out: int = eqx.field(static=True)
+    encoding: str = eqx.field(static=True)
+    noise_std: float = eqx.field(static=True)
+    phi: LeakyReluMLP | None
+    covariance: CovariancePrior
+
+    def __init__(self, d: int, n_context: int, phi: LeakyReluMLP | None = None, noise_std=0.0,
+                 covariance: CovariancePrior | None = None, d_out: int = 1, encoding: str = "garg"):
+        self.d = _positive_int("d", d)
+        self.n_context = _positive_int("n_context", n_context)
+        self.d_out = _positive_int("d_out", d_out)
+        if encoding not in ("garg", "stacked"):
+            raise ValueError(f"encoding must be 'garg' or 'stacked', got {encoding!r}.")
+        if encoding == "stacked" and self.n_context < 2:
+            raise ValueError("the stacked encoding needs n_context >= 2 (context examples and one query).")
+        self.encoding = encoding
+        self.noise_std = _noise(noise_std)
+        if phi is not None and phi.d_in != self.d:
+            raise ValueError(f"phi reads {phi.d_in}-dimensional inputs but the task has d = {self.d}.")
+        self.phi = phi
+        covariance = FixedCovariance(jnp.eye(self.d)) if covariance is None else covariance
+        if covariance.d != self.d:
+            raise ValueError(f"covariance is {covariance.d}-dimensional but the task has d = {self.d}.")
+        self.covariance = covariance
+
+    def with_context(self, n_context: int) -> "RepresentationRegression":
+        return RepresentationRegression(self.d, n_context, self.phi, self.noise_std, self.covariance, self.d_out,
+                                        self.encoding)
+
+    def with_covariance(self, covariance: CovariancePrior) -> "RepresentationRegression":
+        return RepresentationRegression(self.d, self.n_context, self.phi, self.noise_std, covariance, self.d_out,
+                                        self.encoding)
+
+    def sample_xy(self, key: PRNGKeyArray, d_active=None):
+        """(xs (N, d), ys (N, m), clean ys, A) of one prompt."""
+        k_lam, k_a, k_x, k_e = jax.random.split(key, 4)
+        dtype = jnp.result_type(float)
+        lam = self.covariance.sample(k_lam)
+        xs = _active(jax.random.normal(k_x, (self.n_context, self.d), dtype) @ jnp.linalg.cholesky(lam).T, d_active)
+        feats = xs if self.phi is None else self.phi(xs)
+        k = feats.shape[1]
+        A = jax.random.normal(k_a, (self.d_out, k), dtype) / (1.0 if self.phi is None else math.sqrt(k))
+        clean = feats @ A.T
+        ys = clean + self.noise_std * jax.random.normal(k_e, clean.shape, dtype)
+        return xs, ys, clean, A
+
+    def prompt(self, key, d_active=None, n_active=None) -> SequencePrompt:
+        xs, ys, clean, _ = self.sample_xy(key, d_active)
+        if self.encoding == "stacked":
+            return stacked_encoding(xs, ys, self.n_context - 1, clean)
+        p = garg_encoding(xs, ys, clean)
+        if n_active is not None:
+            p = eqx.tree_at(lambda p: p.mask, p, p.mask * (jnp.arange(2 * self.n_context) < 2 * n_active))
+        return p
+
+
+class ARRepresentation(_SequenceTask):
+    """x_{t+1} = A Φ*([x_{t+1−q}, …, x_t]) + ε_t, ε_t ~ N(0, σ² I) (AlgoFormer §3.2; q = 3, Φ*: R^{qd} → R^k).
+
+    A ~ N(0, ρ²/(qk) I) per prompt with ρ = ``gain`` < 1 keeps the series stationary in scale (the paper's
+    A ~ N(0, I) with a unit-scale Φ* grows geometrically). x_1…x_q ~ N(0, I) and windows before the
+    series starts are zero-padded. Position t predicts x_{t+1}; the first q positions are not scored."""
+
+    d: int = eqx.field(static=True)
+    q: int = eqx.field(static=True)
+    n_context: int = eqx.field(static=True)
+    noise_std: float = eqx.field(static=True)
+    gain: float = eqx.field(static=True)
+    phi: LeakyReluMLP
+
+    def __init__(self, d: int, q: int, n_context: int, phi: LeakyReluMLP, noise_std=1.0, gain: float = 0.5):
+        self.d, self.q = _positive_int("d", d), _positive_int("q", q)
+        self.n_context = _positive_int("n_context", n_context, self.q + 2)
+        if phi.d_in != self.q * self.d:
+            raise ValueError(f"phi must read the window [x_(t+1-q), …, x_t] of width q·d = {self.q * self.d}; "
+                             f"it reads {phi.d_in}.")
+        self.phi, self.noise_std, self.gain = phi, _noise(noise_std), float(gain)
+
+    @property
+    def d_out(self) -> int:
+        return self.d
+
+    def sample_series(self, key: PRNGKeyArray, d_active=None):
+        """(series (N, d), clean one-step means (N, d))."""
+        k_a, k_0, k_e = jax.random.split(key, 3)
+        dtype = jnp.result_type(float)
+        k = self.phi.d_out
+        A = self.gain / math.sqrt(k * self.q) * jax.random.normal(k_a, (self.d, k), dtype)
+        x0 = _active(jax.random.normal(k_0, (self.q, self.d), dtype), d_active)
+        eps = _active(self.noise_std * jax.random.normal(k_e, (self.n_context - self.q, self.d), dtype), d_active)
+
+        def step(window, e):
+            mean = _active(A @ self.phi(window.reshape(-1)), d_active)
+            x = mean + e
+            return jnp.concatenate([window[1:], x[None]]), (x, mean)
+
+        _, (xs, means) = jax.lax.scan(step, x0, eps)
+        return jnp.concatenate([x0, xs]), jnp.concatenate([x0, means])
+
+    def prompt(self, key, d_active=None, n_active=None) -> SequencePrompt:
+        series, clean = self.sample_series(key, d_active)
+        idx = jnp.arange(self.n_context)
+        mask = (idx >= self.q).astype(series.dtype)
+        if n_active is not None:
+            mask = mask * (idx < n_active)
+        return next_token_encoding(series, mask, clean)
+
+
+class CoTMLP(_SequenceTask):
+    """Chain-of-thought with MLPs (AlgoFormer §3.3, §5.1; Li et al. 2023): per prompt draw W¹…W^L ~
+    N(0, 2/(d(1 + slope²))) (He scale); each example is the chain x, s¹ = σ(W¹x), …, s^L = σ(W^L s^{L−1}),
+    x ~ N(0, I_d). The prompt concatenates N chains; every position predicts the next state of its chain
+    (the position of s^L, followed by a fresh x, is not scored)."""
+
+    d: int = eqx.field(static=True)
+    depth: int = eqx.field(static=True)
+    n_context: int = eqx.field(static=True)
+    slope: float = eqx.field(static=True)
+
+    def __init__(self, d: int, depth: int, n_context: int, slope: float = 0.1):
+        self.d, self.depth = _positive_int("d", d), _positive_int("depth", depth)
+        self.n_context, self.slope = _positive_int("n_context", n_context), float(slope)
+
+    @property
+    def d_out(self) -> int:
+        return self.d
+
+    def prompt(self, key, d_active=None, n_active=None) -> SequencePrompt:
+        k_w, k_x = jax.random.split(key)
+        dtype = jnp.result_type(float)
+        scale = math.sqrt(2 / (self.d * (1 + self.slope**2)))
+        Ws = scale * jax.random.normal(k_w, (self.depth, self.d, self.d), dtype)
+        x = _active(jax.random.normal(k_x, (self.n_context, self.d), dtype), d_active)
+
+        def layer(s, W):
+            s = jax.nn.leaky_relu(s @ W.T, self.slope)
+            return s, s
+
+        _, states = jax.lax.scan(layer, x, Ws)  # (L, N, d)
+        chains = jnp.concatenate([x[None], states]).transpose(1, 0, 2)  # (N, L+1, d)
+        seq = chains.reshape(-1, self.d)
+        pos = np.arange(seq.shape[0])
+        mask = jnp.asarray(pos % (self.depth + 1) != 0, dtype)  # target s^ℓ (ℓ >= 1) is scored, a fresh x is not
+        if n_active is not None:
+            mask = mask * (jnp.asarray(pos) < n_active * (self.depth + 1))
+        return next_token_encoding(seq, mask)

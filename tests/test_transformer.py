@@ -1,0 +1,297 @@
+"""Softmax transformers (standard, looped, AlgoFormer), sequence tasks, baselines and the training loop."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxicl import baselines, losses, models, tasks
+from jaxicl.dynamics import Curriculum, train
+
+KEY = jax.random.PRNGKey(0)
+SMALL = dict(d_model=16, max_len=24)
+
+
+def _models(d_in=3, d_out=1):
+    return {
+        "standard": (models.StandardTransformer(KEY, d_in, d_out, n_layers=2, n_heads=2, **SMALL), None),
+        "looped": (models.LoopedTransformer(KEY, d_in, d_out, n_layers=1, n_heads=2, **SMALL), 3),
+        "algoformer": (models.AlgoFormer(KEY, d_in, d_out, layers=(1, 2, 1), heads=(2, 4, 1), **SMALL), 3),
+    }
+
+
+def _apply(model, loops, tokens):
+    return model(tokens) if loops is None else model(tokens, loops)
+
+
+@pytest.mark.parametrize("name", ["standard", "looped", "algoformer"])
+def test_causal_prediction_depends_only_on_the_prefix(name):
+    model, loops = _models()[name]
+    tokens = jax.random.normal(KEY, (10, 3))
+    changed = tokens.at[6:].set(jax.random.normal(jax.random.PRNGKey(1), (4, 3)))
+    a, b = _apply(model, loops, tokens), _apply(model, loops, changed)
+    np.testing.assert_allclose(a[:6], b[:6], rtol=1e-12, atol=1e-12)
+    assert np.max(np.abs(a[6:] - b[6:])) > 1e-6
+
+
+def test_looped_models_at_any_loop_count():
+    for name in ("looped", "algoformer"):
+        model, _ = _models()[name]
+        tokens = jax.random.normal(KEY, (8, 3))
+        per_loop = model.outputs_per_loop(tokens, 6)
+        for t in (1, 4, 6):
+            np.testing.assert_allclose(model(tokens, t), per_loop[t - 1], rtol=1e-10, atol=1e-12)
+        traced = jax.jit(lambda n: model(tokens, n))  # one program for every loop count
+        np.testing.assert_allclose(traced(jnp.asarray(4)), per_loop[3], rtol=1e-10, atol=1e-12)
+        assert np.all(np.isfinite(traced(jnp.asarray(200))))  # far more loops than trained
+
+
+def test_algoformer_is_post_of_loop_T_of_pre():
+    """Eq. (2): TF_post(TF_loop(⋯TF_loop(TF_pre(X))⋯)); the looped model injects the input every loop."""
+    algo, _ = _models()["algoformer"]
+    tokens = jax.random.normal(KEY, (8, 3))
+    h = algo.pre(algo.io.read_in(tokens))
+    for _ in range(3):
+        h = algo.loop(h)
+    np.testing.assert_allclose(algo(tokens, 3), algo.io.read_out(algo.post(h)), rtol=1e-12)
+    assert (algo.pre.n_layers, algo.loop.n_layers, algo.post.n_layers) == (1, 2, 1)
+    assert (algo.pre.n_heads, algo.loop.n_heads, algo.post.n_heads) == (2, 4, 1)
+    looped, _ = _models()["looped"]
+    e = looped.io.read_in(tokens)
+    h = jnp.zeros_like(e)
+    for _ in range(3):
+        h = looped.loop(h + e)
+    np.testing.assert_allclose(looped(tokens, 3), looped.io.read_out(h), rtol=1e-12)
+
+
+def test_bad_input_errors():
+    model, _ = _models()["standard"]
+    with pytest.raises(ValueError, match="longer than the positional table"):
+        model(jnp.zeros((25, 3)))
+    with pytest.raises(ValueError, match="width 3"):
+        model(jnp.zeros((5, 4)))
+    looped, _ = _models()["looped"]
+    with pytest.raises(ValueError, match="loop count must be >= 1"):
+        looped(jnp.zeros((5, 3)), 0)
+    with pytest.raises(ValueError, match="loop count must be >= 1"):
+        looped.outputs_per_loop(jnp.zeros((5, 3)), 0)
+    with pytest.raises(Exception, match="loop count must be >= 1"):
+        jax.jit(lambda n: looped(jnp.zeros((5, 3)), n))(jnp.asarray(0))
+    with pytest.raises(ValueError, match="divisible"):
+        models.StandardTransformer(KEY, 3, 1, n_layers=1, d_model=10, n_heads=3)
+    with pytest.raises(ValueError, match="loops="):
+        losses.sequence_loss(looped, tasks.RepresentationRegression(3, 5).prompts(KEY, 2))
+    with pytest.raises(ValueError, match="T >= 1"):
+        losses.loop_weights(0, 1)
+
+
+def test_loop_weights_eq6():
+    w = np.asarray(losses.loop_weights(20, 15))  # t = 5 … 20
+    assert np.all(w[:4] == 0) and np.allclose(w[4:], 1 / 16)
+    w = np.asarray(losses.loop_weights(10, 10))  # T_0 = 0: t = 1 … 10 (t = 0 is no loop)
+    assert np.allclose(w, 0.1)
+
+
+def test_sequence_loss_is_the_masked_loop_averaged_squared_error():
+    model, _ = _models()["algoformer"]
+    task = tasks.RepresentationRegression(3, 5, noise_std=0.1)
+    p = task.prompts(KEY, 4)
+    outs = jax.vmap(lambda t: model.outputs_per_loop(t, 4))(p.tokens)  # (batch, loops, T, 1)
+    err = np.sum((np.asarray(outs) - np.asarray(p.targets)[:, None]) ** 2, -1)
+    per = (err * np.asarray(p.mask)[:, None]).sum(-1) / np.asarray(p.mask).sum(-1)[:, None]
+    want = per[:, 2:].mean()  # (T, ΔT) = (4, 1): t = 3, 4
+    np.testing.assert_allclose(losses.sequence_loss(model, p, (4, 1)), want, rtol=1e-12)
+
+
+def test_garg_encoding_layout_and_curriculum_mask():
+    task = tasks.RepresentationRegression(3, 4, d_out=2)
+    xs, ys, clean, A = task.sample_xy(KEY)
+    p = task.prompt(KEY)
+    assert p.tokens.shape == (8, 3) and p.targets.shape == (8, 2)
+    np.testing.assert_array_equal(p.tokens[0::2], xs)
+    np.testing.assert_array_equal(p.tokens[1::2], np.pad(ys, ((0, 0), (0, 1))))
+    np.testing.assert_array_equal(p.targets[0::2], ys)
+    np.testing.assert_array_equal(p.mask, np.tile([1.0, 0.0], 4))
+    np.testing.assert_allclose(clean, xs @ A.T, rtol=1e-12)  # linear regression: y = A x
+    q = task.prompt(KEY, d_active=2, n_active=3)
+    assert np.all(q.tokens[0::2, 2] == 0) and np.any(q.tokens[0::2, 1] != 0)
+    np.testing.assert_array_equal(q.mask, [1, 0, 1, 0, 1, 0, 0, 0])
+    s = tasks.RepresentationRegression(3, 4, encoding="stacked").prompt(KEY)
+    assert s.tokens.shape == (4, 4) and s.tokens[3, 3] == 0 and s.tokens[0, 3] != 0
+    np.testing.assert_array_equal(s.mask, [0, 0, 0, 1])
+
+
+def test_representation_and_ar_tasks_follow_their_equations():
+    phi = tasks.LeakyReluMLP(KEY, [4, 8, 8, 5])
+    task = tasks.RepresentationRegression(4, 6, phi=phi, noise_std=0.5)
+    xs, ys, clean, A = task.sample_xy(KEY)
+    np.testing.assert_allclose(clean, phi(xs) @ A.T, rtol=1e-12)
+    # the noise is N(0, σ²): check its variance over many prompts (tolerance 5 s.e.)
+    noise = jax.vmap(lambda k: (lambda r: r[1] - r[2])(task.sample_xy(k)))(jax.random.split(KEY, 4000)).ravel()
+    assert abs(np.var(noise) / 0.25 - 1) < 5 * np.sqrt(2 / noise.size)
+    ar = tasks.ARRepresentation(2, 3, 30, tasks.LeakyReluMLP(KEY, [6, 8, 4]), noise_std=0.0)
+    series, means = ar.sample_series(KEY)
+    np.testing.assert_allclose(series[3:], means[3:], rtol=1e-12)  # noiseless: x_{t+1} = AΦ(window)
+    p = ar.prompt(KEY)
+    np.testing.assert_array_equal(p.targets, series[1:])
+    assert p.mask[:2].sum() == 0 and p.mask[2:].min() == 1
+    big = tasks.ARRepresentation(20, 3, 200, tasks.LeakyReluMLP(KEY, [60, 64, 64, 20]))
+    series = jax.vmap(lambda k: big.sample_series(k)[0])(jax.random.split(KEY, 50))
+    rms = np.sqrt(np.mean(np.asarray(series) ** 2, axis=(0, 2)))
+    assert rms[-50:].mean() < 3 * rms[:50].mean()  # stationary in scale over 200 steps, not exploding
+
+
+def test_cot_chains_are_in_context_linear_after_the_leaky_inverse():
+    """Each CoT step is s^ℓ = σ(W^ℓ s^{ℓ−1}) with W^ℓ shared by the prompt's chains: undoing the leaky ReLU,
+    least squares over the N chains recovers W^ℓ with zero residual."""
+    d, L, N, slope = 3, 4, 8, 0.1
+    p = tasks.CoTMLP(d, L, N, slope).prompt(KEY)
+    seq = np.concatenate([np.asarray(p.tokens), np.asarray(p.targets[-1:])]).reshape(N, L + 1, d)
+    for ell in range(1, L + 1):
+        prev, nxt = seq[:, ell - 1], seq[:, ell]
+        pre = np.where(nxt >= 0, nxt, nxt / slope)
+        W, res, *_ = np.linalg.lstsq(prev, pre, rcond=None)
+        assert np.max(np.abs(prev @ W - pre)) < 1e-9
+    assert np.array_equal(np.asarray(p.mask), np.array([(j + 1) % (L + 1) != 0 for j in range(N * (L + 1) - 1)]))
+
+
+# ----- baselines -----------------------------------------------------------------------------------------
+
+
+def _xy(N=12, d=4, m=2, key=KEY):
+    k1, k2 = jax.random.split(key)
+    xs = jax.random.normal(k1, (N, d))
+    return xs, xs @ jax.random.normal(k2, (d, m)) + 0.1 * jax.random.normal(key, (N, m))
+
+
+def test_ols_ridge_averaging_knn_match_direct_formulas_at_every_prefix():
+    xs, ys = _xy()
+    X, Y = np.asarray(xs), np.asarray(ys)
+    o, r, a, k = (np.asarray(f(xs, ys)) for f in (baselines.ols, lambda x, y: baselines.ridge(x, y, 0.3),
+                                                  baselines.averaging, lambda x, y: baselines.nearest_neighbours(x, y, 2)))
+    assert np.all(o[0] == 0) and np.all(a[0] == 0)
+    for i in range(1, 12):
+        Xi, Yi = X[:i], Y[:i]
+        np.testing.assert_allclose(o[i], X[i] @ np.linalg.pinv(Xi) @ Yi, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(r[i], X[i] @ np.linalg.solve(Xi.T @ Xi + 0.3 * np.eye(4), Xi.T @ Yi), rtol=1e-9)
+        np.testing.assert_allclose(a[i], X[i] @ (Xi.T @ Yi) / i, rtol=1e-9)
+        near = np.argsort(((Xi - X[i]) ** 2).sum(1))[:2]
+        np.testing.assert_allclose(k[i], Yi[near].mean(0), rtol=1e-9)
+
+
+def test_newton_and_gd_converge_to_ols():
+    """Eq. (4) converges superlinearly to S⁺ (so to OLS); GD converges linearly; both from w = 0."""
+    xs, ys = _xy(N=16, d=4)
+    o = np.asarray(baselines.ols(xs, ys))[8:]  # full-rank prefixes (n_i >= 8 > d)
+    newton = np.asarray(baselines.newton_steps(xs, ys, 60))[:, 8:]
+    gd = np.asarray(baselines.gradient_descent_steps(xs, ys, 3000))[:, 8:]
+    err = lambda w: np.max(np.abs(w - o), axis=(1, 2))  # noqa: E731
+    assert err(newton)[-1] < 1e-9 and err(gd)[-1] < 1e-6
+    e = err(newton)
+    first = np.argmax(e < 1e-2)  # superlinear: once close, it squares the error
+    assert e[first + 2] < 1e-5
+    assert err(gd)[5] > 1e-3  # linear convergence is slower
+
+
+# ----- training loop ---------------------------------------------------------------------------------------
+
+TASK = tasks.RepresentationRegression(2, 5, noise_std=0.1)
+
+
+def _loss(m, k, s):
+    return losses.sequence_loss(m, TASK.prompts(k, 8))
+
+
+def _tiny():
+    return models.StandardTransformer(KEY, 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10)
+
+
+def test_resumed_run_follows_the_uninterrupted_trajectory(tmp_path):
+    opt = optax.adamw(3e-3)
+    full = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, progress=False)
+    ck = tmp_path / "run.ckpt"
+    part = train(_loss, _tiny(), 40, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, progress=False)
+    assert part.losses.shape == (40,)
+    resumed = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, progress=False)
+    assert resumed.resumed_from == 40
+    np.testing.assert_array_equal(resumed.losses, full.losses)
+    for a, b in zip(jax.tree_util.tree_leaves(resumed.model), jax.tree_util.tree_leaves(full.model)):
+        np.testing.assert_array_equal(a, b)
+    # a crash mid-run (here: in the evaluation at step 40) loses nothing before the last checkpoint
+    ck2 = tmp_path / "crash.ckpt"
+
+    def crash(m, calls=[0]):  # noqa: B006
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return {"loss": losses.sequence_loss(m, TASK.prompts(jax.random.PRNGKey(9), 16))}
+
+    with pytest.raises(KeyboardInterrupt):
+        train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck2, eval_fn=crash, eval_every=20,
+              progress=False)
+    again = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck2, eval_fn=crash,
+                  eval_every=20, progress=False)
+    assert again.resumed_from == 20
+    np.testing.assert_array_equal(again.losses, full.losses)
+    assert list(again.eval_steps) == [0, 20, 40, 60]
+
+
+def test_checkpoint_of_another_config_is_refused(tmp_path):
+    ck = tmp_path / "run.ckpt"
+    train(_loss, _tiny(), 10, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4}, progress=False)
+    with pytest.raises(ValueError, match="another configuration.*lr"):
+        train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-3}, progress=False)
+    other = models.StandardTransformer(KEY, 2, 1, n_layers=2, n_heads=2, d_model=8, max_len=10)
+    with pytest.raises(ValueError, match="another configuration"):
+        train(_loss, other, 20, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4}, progress=False)
+    (tmp_path / "junk").write_text("hello\n")
+    with pytest.raises(ValueError, match="not a jaxicl training checkpoint"):
+        train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=tmp_path / "junk", progress=False)
+
+
+def test_nan_loss_names_the_step(tmp_path):
+    def loss(m, k, s):
+        return _loss(m, k, s) * jnp.where(s == 13, jnp.nan, 1.0)
+
+    ck = tmp_path / "nan.ckpt"
+    with pytest.raises(FloatingPointError, match="at step 13"):
+        train(loss, _tiny(), 30, KEY, chunk_size=10, checkpoint=ck, progress=False)
+    res = train(_loss, _tiny(), 10, KEY, chunk_size=10, checkpoint=ck, progress=False)  # the step-10 checkpoint
+    assert res.resumed_from == 10
+
+
+def test_training_learns_and_mixed_precision_keeps_float32_masters():
+    model = _tiny()
+    evalp = TASK.prompts(jax.random.PRNGKey(5), 256)
+    ev = lambda m: {"err": losses.sequence_loss(m, evalp)}  # noqa: E731
+    res = train(_loss, model, 300, KEY, optimizer=optax.adamw(1e-2), chunk_size=100, eval_fn=ev, eval_every=100,
+                progress=False)
+    assert res.evals["err"][-1] < 0.8 * res.evals["err"][0]
+    with jax.enable_x64(False):
+        m32 = _tiny()
+        r = train(_loss, m32, 20, KEY, chunk_size=10, compute_dtype=jnp.bfloat16, progress=False)
+    assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(eqx.filter(r.model, eqx.is_inexact_array)))
+    assert np.all(np.isfinite(r.losses))
+
+
+def test_ensemble_members_train_independently():
+    """A vector loss (one per vmapped member) under Adam equals training each member alone."""
+    keys = jax.random.split(KEY, 2)
+    ens = eqx.filter_vmap(lambda k: models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8,
+                                                               max_len=10))(keys)
+    loss = lambda m, k, s: eqx.filter_vmap(lambda mm: _loss(mm, k, s))(m)  # noqa: E731
+    res = train(loss, ens, 20, KEY, optimizer=optax.adam(1e-2), chunk_size=10, progress=False)
+    assert res.losses.shape == (20, 2)
+    one = train(_loss, models.StandardTransformer(keys[1], 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10), 20,
+                KEY, optimizer=optax.adam(1e-2), chunk_size=10, progress=False)
+    np.testing.assert_allclose(res.losses[:, 1], one.losses, rtol=1e-9)
+
+
+def test_curriculum_schedule():
+    c = Curriculum(d=(5, 20, 1), n=(11, 41, 2), every=2000)
+    assert [tuple(map(int, c.at(s))) for s in (0, 1999, 2000, 30_000, 500_000)] == [
+        (5, 11), (5, 11), (6, 13), (20, 41), (20, 41)]
+    with pytest.raises(ValueError, match="curriculum"):
+        Curriculum(d=(5, 2, 1))
