@@ -41,4 +41,10 @@ def _yang(text):
     assert int(text.split("argmin N:")[1].split()[0]) == 20  # the gap is smallest at N = m
 
 
-CHECKS = {"zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry, "yang2024": _yang}
+def _algoformer(text):
+    assert "resumed trajectory identical: True" in text
+    assert float(text.split("AlgoFormer / zero estimator at the query:")[1].split()[0]) < 0.5  # it learned
+    assert "finite at 30 loops: True" in text
+
+
+CHECKS = {"algoformer": _algoformer, "zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry, "yang2024": _yang}

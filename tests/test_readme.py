@@ -51,6 +51,16 @@ def test_readme_yang_example_runs():
     assert float(ns["curve"][-1]) < 1e-4 * float(ns["curve"][0])  # four decades towards the ridge-regression limit
 
 
+def test_readme_algoformer_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes algo.ckpt
+    ns = _run_section("Softmax transformers")
+    import numpy as np
+
+    assert ns["run"].losses.shape == (200,) and (tmp_path / "algo.ckpt").exists()
+    assert np.mean(ns["run"].losses[-20:]) < np.mean(ns["run"].losses[:20])
+    assert ns["curve"].shape == (8,) and np.all(np.isfinite(ns["curve"]))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", ["zhang2023", "ahn2023", "gatmiry2024", "yang2024"])
 def test_reproduce_full_passes_every_check(paper, tmp_path):

@@ -15,6 +15,7 @@ REPRODUCTIONS = {
     "ahn2023": ("jaxicl.experiments.ahn2023", "Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD"),
     "gatmiry2024": ("jaxicl.experiments.gatmiry2024", "Gatmiry, Saunshi, Reddi, Jegelka & Kumar: depth vs looping under task diversity"),
     "yang2024": ("jaxicl.experiments.yang2024", "Yang, Huang, Liang & Chi: multi-head softmax attention learns ridge regression"),
+    "algoformer": ("jaxicl.experiments.algoformer", "AlgoFormer: standard vs looped vs pre/loop/post transformers; vs GD and Newton"),
 }
 
 

@@ -8,8 +8,10 @@ T − T_0 + 1 terms; here the terms are averaged, and t = 0 (no loop at all) is 
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from ..tasks.sequence import SequencePrompt
@@ -38,10 +40,11 @@ def _masked_mean(err, mask):
     return jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1)
 
 
-def sequence_loss(model, prompts: SequencePrompt, loops: tuple[int, int] | None = None,
-                  target: str = "targets") -> Float[Array, ""]:
+def sequence_loss(model, prompts: SequencePrompt, loops=None, target: str = "targets") -> Float[Array, ""]:
     """Mean over a batch of prompts (leading axis) of the masked mean squared error; ``loops = (T, ΔT)`` for
-    looped models (eq. 6), ``None`` for a standard transformer."""
+    looped models (eq. 6), or directly the weights of loop counts 1…T_max (an array, e.g. ``loop_weights``
+    padded with zeros: runs with different (T, ΔT) then share one program); ``None`` for a standard
+    transformer."""
     if is_looped(model) != (loops is not None):
         raise ValueError("pass loops=(T, ΔT) for a looped model / AlgoFormer and loops=None for a standard "
                          f"transformer (got a {type(model).__name__} with loops={loops}).")
@@ -49,9 +52,10 @@ def sequence_loss(model, prompts: SequencePrompt, loops: tuple[int, int] | None 
     def one(p):
         if loops is None:
             return _masked_mean(_sq_err(model(p.tokens), p, target), p.mask)
-        outs = model.outputs_per_loop(p.tokens, loops[0])  # (T, tokens, d_out)
+        weights = loop_weights(*loops) if isinstance(loops, tuple) else jnp.asarray(loops)
+        outs = model.outputs_per_loop(p.tokens, weights.shape[0])  # (T, tokens, d_out)
         per_loop = jax.vmap(lambda o: _masked_mean(_sq_err(o, p, target), p.mask))(outs)
-        return per_loop @ loop_weights(*loops).astype(per_loop.dtype)
+        return per_loop @ weights.astype(per_loop.dtype)
 
     return jnp.mean(jax.vmap(one)(prompts))
 
@@ -67,7 +71,8 @@ def position_errors(model, prompts: SequencePrompt, n_loops=None, target: str = 
 
 def prefix_curve(model, prompts: SequencePrompt, n_loops=None, target: str = "clean") -> Float[Array, " N"]:
     """Mean squared error at each scored position (in order), averaged over the batch: with the encoding of
-    Garg et al. the error as a function of the number of in-context examples (AlgoFormer Fig. 2)."""
-    err = position_errors(model, prompts, n_loops, target)
-    scored = jnp.flatnonzero(prompts.mask[0] > 0, size=int(jnp.sum(prompts.mask[0] > 0)))
+    Garg et al. the error as a function of the number of in-context examples (AlgoFormer Fig. 2). The
+    scored positions are read from the (concrete) mask of the first prompt; the errors run under jit."""
+    err = eqx.filter_jit(position_errors)(model, prompts, n_loops, target)
+    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
     return jnp.mean(err[:, scored], axis=0)

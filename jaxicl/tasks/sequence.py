@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .covariance import CovariancePrior, FixedCovariance
+from .covariance import CovariancePrior, FixedCovariance, _is_concrete
 
 
 class SequencePrompt(eqx.Module):
@@ -140,7 +140,7 @@ def _active(xs, d_active):
 class RepresentationRegression(_SequenceTask):
     """y_i = A Φ*(x_i) + ε_i, x_i ~ N(0, Λ), A ~ N(0, I/k) ∈ R^{m×k}, ε ~ N(0, σ² I_m) (AlgoFormer §3.1, §5.1).
 
-    ``phi=None`` is noisy linear regression (k = d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
+    ``noise_std`` σ is an array leaf (``vmap`` over tasks of several σ). ``phi=None`` is noisy linear regression (k = d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
     ``covariance``: a :class:`CovariancePrior` for Λ (identity by default; Zhang et al.'s random diagonal
     covariance for Fig. 1). Prompts of N = ``n_context`` examples in the ``encoding`` "garg" (predictions
     at every prefix) or "stacked" (the last example is the query)."""
@@ -149,7 +149,7 @@ class RepresentationRegression(_SequenceTask):
     n_context: int = eqx.field(static=True)
     d_out: int = eqx.field(static=True)
     encoding: str = eqx.field(static=True)
-    noise_std: float = eqx.field(static=True)
+    noise_std: Float[Array, ""]
     phi: LeakyReluMLP | None
     covariance: CovariancePrior
 
@@ -163,7 +163,8 @@ class RepresentationRegression(_SequenceTask):
         if encoding == "stacked" and self.n_context < 2:
             raise ValueError("the stacked encoding needs n_context >= 2 (context examples and one query).")
         self.encoding = encoding
-        self.noise_std = _noise(noise_std)
+        noise_std = jnp.asarray(noise_std, float)  # an array leaf: vmap over σ (one ensemble for AlgoFormer Fig. 5)
+        self.noise_std = noise_std if not _is_concrete(noise_std) else jnp.asarray(_noise(noise_std), float)
         if phi is not None and phi.d_in != self.d:
             raise ValueError(f"phi reads {phi.d_in}-dimensional inputs but the task has d = {self.d}.")
         self.phi = phi
