@@ -2,7 +2,7 @@
 
 One training step = a fresh batch of prompts (regression with representation, Garg encoding) + loss
 (eq. 6 for the looped models) + gradient + AdamW update, compiled in chunks of ``--chunk`` steps under
-``lax.scan`` exactly as ``jaxicl.dynamics.train`` runs them. Reports the median over ``--repeats``
+``lax.scan`` by ``jaxicl.dynamics.train.chunk_runner``, the body of ``train``. Reports the median over ``--repeats``
 chunks after compilation, in steps per second. (XLA's cost analysis counts a ``while``/``scan`` body
 once, so it cannot give the FLOPs of a step here; a fraction of peak needs an analytic FLOP count.)
 
@@ -28,44 +28,24 @@ import jax.numpy as jnp
 import optax
 
 from jaxicl import losses
-from jaxicl.dynamics import cast_floating
+from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
-
-
-def step_chunk(model, task, loops, batch, chunk, compute_dtype):
-    """A jitted function running ``chunk`` AdamW steps (the body of ``train``) and the initial state."""
-    opt = optax.adamw(1e-4)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-
-    def loss_of(p, k):
-        m = eqx.combine(p, static)
-        m = m if compute_dtype is None else cast_floating(m, compute_dtype)
-        return losses.sequence_loss(m, task.prompts(k, batch), loops).astype(jnp.float32)
-
-    @jax.jit
-    def run(p, s, key):
-        def one(c, k):
-            p, s = c
-            loss, g = jax.value_and_grad(loss_of)(p, k)
-            u, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, u), s), loss
-
-        return jax.lax.scan(one, (p, s), jax.random.split(key, chunk))
-
-    return run, params, opt.init(params)
 
 
 def bench(cfg, kind, chunk, repeats, compute_dtype):
     task = A.fig2_tasks(cfg, jax.random.PRNGKey(0))["regression"]
     model = A.build_model(kind, cfg, task, jax.random.PRNGKey(1))
     loops = None if kind == "standard" else tuple(cfg.loops)
-    run, p, s = step_chunk(model, task, loops, cfg.batch, chunk, compute_dtype)
-    key = jax.random.PRNGKey(2)
-    jax.block_until_ready(run(p, s, key))
+    loss = lambda m, k, s: losses.sequence_loss(m, task.prompts(k, cfg.batch), loops)  # noqa: E731
+    opt = optax.adamw(1e-4)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    run, state, key = chunk_runner(loss, static, opt, compute_dtype), opt.init(params), jax.random.PRNGKey(2)
+    steps = jnp.arange(chunk)
+    jax.block_until_ready(run(params, state, key, steps))
     times = []
     for i in range(repeats):
         t = time.perf_counter()
-        jax.block_until_ready(run(p, s, jax.random.fold_in(key, i)))
+        jax.block_until_ready(run(params, state, jax.random.fold_in(key, i), steps))
         times.append(time.perf_counter() - t)
     return statistics.median(times) / chunk
 

@@ -126,6 +126,29 @@ def load_checkpoint(path, params, opt_state, fingerprint):
     return params, opt_state, header["step"], key, losses, header["evals"]
 
 
+def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None):
+    """The compiled body of :func:`train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
+    losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
+    step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves."""
+
+    def loss_of(p, k, s):
+        m = eqx.combine(p, static)
+        loss = loss_fn(m if compute_dtype is None else cast_floating(m, compute_dtype), k, s)
+        return jnp.sum(loss.astype(jnp.float32)), loss.astype(jnp.float32)
+
+    @jax.jit
+    def run(p, state, k, steps):
+        def one(carry, s):
+            p, state = carry
+            (_, loss), g = jax.value_and_grad(loss_of, has_aux=True)(p, jax.random.fold_in(k, s), s)
+            updates, state = optimizer.update(g, state, p)
+            return (optax.apply_updates(p, updates), state), loss
+
+        return jax.lax.scan(one, (p, state), steps)
+
+    return run
+
+
 def train(
     loss_fn: Callable[[PyTree, PRNGKeyArray, Int[Array, ""]], Array],
     model: PyTree,
@@ -180,20 +203,7 @@ def train(
         losses = list(old)
     resumed_from = step
 
-    def loss_of(p, k, s):
-        m = eqx.combine(p, static)
-        loss = loss_fn(m if compute_dtype is None else cast_floating(m, compute_dtype), k, s)
-        return jnp.sum(loss.astype(jnp.float32)), loss.astype(jnp.float32)
-
-    @jax.jit
-    def run_chunk(p, state, k, steps):
-        def one(carry, s):
-            p, state = carry
-            (_, loss), g = jax.value_and_grad(loss_of, has_aux=True)(p, jax.random.fold_in(k, s), s)
-            updates, state = optimizer.update(g, state, p)
-            return (optax.apply_updates(p, updates), state), loss
-
-        return jax.lax.scan(one, (p, state), steps)
+    run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype)
 
     def evaluate(s):
         if eval_fn is not None and str(s) not in evals and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps):

@@ -153,6 +153,11 @@ def _ensemble_fit(members, loss_one, weights_or_tasks, cfg, key, ckpt, label, pr
     return _fit(members, loss, cfg, key, ckpt, label, progress)
 
 
+def _member(ensemble, i: int):
+    """Member ``i`` of a vmapped ensemble (array leaves stacked on axis 0)."""
+    return jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, ensemble)
+
+
 def fig3(cfg: Config, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset:
     """AlgoFormers trained with each (T, ΔT) of cfg.fig3_loops (one ensemble: weights padded to the largest T),
     evaluated at 1…cfg.eval_loops loops on the regression-with-representation task."""
@@ -171,8 +176,7 @@ def fig3(cfg: Config, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset
         return jnp.mean(losses.position_errors(m, test, n)[:, -2])
 
     loops = np.arange(1, cfg.eval_loops + 1)
-    err = np.array([[float(at_loops(jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, members), n))
-                     for n in loops] for i in range(len(cfg.fig3_loops))])
+    err = np.array([[float(at_loops(_member(members, i), n)) for n in loops] for i in range(len(cfg.fig3_loops))])
     zero = float(_zero_error(test)[-1])
     return xr.Dataset({"error": (("setting", "loops"), err)},
                       coords={"setting": [f"(T, ΔT) = ({T}, {dT})" for T, dT in cfg.fig3_loops],
@@ -197,14 +201,13 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset
     for i, sigma in enumerate(cfg.sigmas):
         task = tasks.RepresentationRegression(cfg.d, cfg.N, noise_std=sigma)
         tkey = jax.random.fold_in(key, 200 + i)
-        test = task.prompts(tkey, cfg.test_prompts)
-        xs, ys, clean, _ = jax.vmap(task.sample_xy)(jax.random.split(tkey, cfg.test_prompts))  # same prompts
+        xs, ys, clean, _ = jax.vmap(task.sample_xy)(jax.random.split(tkey, cfg.test_prompts))
+        test = jax.vmap(tasks.garg_encoding)(xs, ys, clean)  # the model sees the prompts the baselines solve
         target = clean[:, -1]
         for name, fn in (("gd", baselines.gradient_descent_steps), ("newton", baselines.newton_steps)):
             pred = jax.jit(jax.vmap(lambda x, y, fn=fn: fn(x, y, cfg.iterations)[:, -1]))(xs, ys)  # (P, k, m)
             out[name][i] = np.asarray(jnp.mean(jnp.sum((pred - target[:, None]) ** 2, -1), 0))
-        member = jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, members)
-        at = jax.jit(lambda n, m=member: jnp.mean(losses.position_errors(m, test, n)[:, -2]))
+        at = jax.jit(lambda n, m=_member(members, i): jnp.mean(losses.position_errors(m, test, n)[:, -2]))
         out["algoformer"][i] = [float(at(n)) for n in its]
         zero[i] = float(jnp.mean(jnp.sum(target**2, -1)))
     return xr.Dataset({k: (("sigma", "iteration"), v) for k, v in out.items()} | {"zero": (("sigma",), zero)},

@@ -32,6 +32,11 @@ def _layer_norm(h, scale, bias, eps=1e-5):
     return (h - mu) * jax.lax.rsqrt(var + eps) * scale + bias
 
 
+def _layer_norm_params(d_model: int, dtype):
+    """(scale, bias) = (1, 0), stacked as a (2, D) leaf."""
+    return jnp.stack([jnp.ones(d_model, dtype), jnp.zeros(d_model, dtype)])
+
+
 class Block(eqx.Module):
     """Pre-LayerNorm decoder block: h + Attn(LN(h)), then h + MLP(LN(h)), with causal multi-head softmax
     attention and a GELU MLP (GPT-2). Operates on one sequence (T, D)."""
@@ -55,8 +60,7 @@ class Block(eqx.Module):
         dtype = dtype or jnp.result_type(float)
         k1, k2, k3, k4 = jax.random.split(key, 4)
         std = 0.02  # GPT-2 initialisation; residual projections scaled by 1/sqrt(2 L)
-        ln = jnp.stack([jnp.ones(d_model, dtype), jnp.zeros(d_model, dtype)])
-        self.ln1, self.ln2 = ln, ln
+        self.ln1 = self.ln2 = _layer_norm_params(d_model, dtype)
         self.w_qkv = std * jax.random.normal(k1, (d_model, 3 * d_model), dtype)
         self.b_qkv = jnp.zeros(3 * d_model, dtype)
         self.w_out = std * residual_scale * jax.random.normal(k2, (d_model, d_model), dtype)
@@ -126,7 +130,7 @@ class ReadInOut(eqx.Module):
         self.w_in = jax.random.normal(k1, (d_in, d_model), dtype) / math.sqrt(d_in)
         self.b_in = jnp.zeros(d_model, dtype)
         self.positions = 0.02 * jax.random.normal(k2, (max_len, d_model), dtype)
-        self.ln_f = jnp.stack([jnp.ones(d_model, dtype), jnp.zeros(d_model, dtype)])
+        self.ln_f = _layer_norm_params(d_model, dtype)
         self.w_out = jax.random.normal(k3, (d_model, d_out), dtype) / math.sqrt(d_model)
         self.b_out = jnp.zeros(d_out, dtype)
 
