@@ -1,70 +1,116 @@
-"""Training throughput of the softmax transformers (standard, looped, AlgoFormer).
+"""Training-step time, throughput and memory of the softmax transformers of the three papers that train them.
 
-One training step = a fresh batch of prompts (regression with representation, Garg encoding) + loss
-(eq. 6 for the looped models) + gradient + AdamW update, compiled in chunks of ``--chunk`` steps under
-``lax.scan`` by ``jaxicl.dynamics.train.chunk_runner``, the body of ``train``. Reports the median over ``--repeats``
-chunks after compilation, in steps per second. (XLA's cost analysis counts a ``while``/``scan`` body
-once, so it cannot give the FLOPs of a step here; a fraction of peak needs an analytic FLOP count.)
+One training step = a fresh batch of prompts + loss (eq. 6 for the looped models) + gradient + optimizer
+update, compiled in chunks of ``--chunk`` steps under ``lax.scan`` exactly as ``jaxicl.dynamics.train``
+runs them (``jaxicl.dynamics.step_seconds``: median over ``--repeats`` chunks after compilation).
 
-Configs:
-- ``quick``: the CPU reproduction size of ``jaxicl reproduce algoformer`` (d = 5, N = 10, width 32,
-  4 heads, 4-layer standard, one-layer looped / AlgoFormer with (T, ΔT) = (8, 6), batch 32);
-- ``paper``: the AlgoFormer paper's §5.1 (d = 20, N = 40, width 256, 8 heads, 12-layer standard,
-  (T, ΔT) = (20, 15), batch 64).
+Also printed, per step:
+- FLOPs, counted analytically (XLA's cost analysis counts a ``scan`` body once): 6 × batch × tokens ×
+  block applications × (4 d² + 2 d d_ff + 2 T d) — the QKV/output projections, the MLP and the T × T
+  attention products of every block, forward (×2) and backward (×4); read-in/out and LayerNorms are
+  left out (< 1 %). Block applications: L for the standard transformer, T·L_loop for the looped one
+  (eq. 6 reads every loop), L_pre + T·(L_loop + L_post) for the AlgoFormer. Achieved FLOP/s = FLOPs /
+  step time, to compare with the device's peak.
+- the peak memory of the compiled one-step program (``memory_analysis`` of the backend it runs on):
+  whether the paper's size fits one device.
 
-Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 5] [--chunk 20]
-[--dtype float32|bfloat16]``.
+Configs (``quick``: the CPU reproduction sizes; ``paper``: the papers' sizes):
+- ``algoformer``: standard / looped / AlgoFormer on regression with representation (AlgoFormer §5.1;
+  paper: d = 20, N = 40, width 256, 8 heads, 12-layer standard, (T, ΔT) = (20, 15), batch 64);
+- ``zhang-fig1``: GPT-2 on linear regression with random covariance (Zhang et al. App. E; paper: d = 20,
+  N = 100, 12 layers, width 256, 8 heads, batch 64);
+- ``yang-fig5``: the 4-layer transformer on the template task (Yang et al. §4; paper: K = 200, d = 100,
+  width 256, MLP 512, H = 8, batch 256).
+
+Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 3] [--chunk N]
+[--dtype float32|bfloat16]`` (chunk default: 20 steps at quick size, 2 at paper size).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxicl import losses
+from jaxicl import losses, models, tasks
+from jaxicl.dynamics import step_seconds
 from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
+from jaxicl.experiments import yang2024 as Yx
+from jaxicl.experiments import zhang2023 as Z
 
 
-def bench(cfg, kind, chunk, repeats, compute_dtype):
+def step_flops(batch, tokens, d_model, d_ff, block_applications):
+    return 6 * batch * tokens * block_applications * (4 * d_model**2 + 2 * d_model * d_ff + 2 * tokens * d_model)
+
+
+def algoformer_case(size, kind):
+    cfg = A.SIZES[size]
     task = A.fig2_tasks(cfg, jax.random.PRNGKey(0))["regression"]
     model = A.build_model(kind, cfg, task, jax.random.PRNGKey(1))
     loops = None if kind == "standard" else tuple(cfg.loops)
     loss = lambda m, k, s: losses.sequence_loss(m, task.prompts(k, cfg.batch), loops)  # noqa: E731
+    T = cfg.loops[0]
+    blocks = {"standard": cfg.std_layers, "looped": T, "algoformer": 1 + 2 * T}[kind]
+    return loss, model, step_flops(cfg.batch, 2 * cfg.N, cfg.d_model, 4 * cfg.d_model, blocks)
+
+
+def zhang_case(size):
+    g = Z.SIZES[size].gpt2
+    N = max(g.Ns)
+    task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d))
+    model = Z._fig1_model(g, jax.random.PRNGKey(1), 2 * N)
+    loss = lambda m, k, s: losses.sequence_loss(m, task.prompts(k, g.batch))  # noqa: E731
+    return loss, model, step_flops(g.batch, 2 * N, g.d_model, 4 * g.d_model, g.n_layers)
+
+
+def yang_case(size):
+    tc = Yx.SIZES[size].transformer
+    task = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a,
+                                  Yx.transformer_task(tc, jax.random.PRNGKey(0)))
+    model = models.StandardTransformer(jax.random.PRNGKey(1), tc.d + 1, 1, n_layers=tc.n_layers, d_model=tc.d_model,
+                                       n_heads=tc.heads, d_ff=tc.d_ff, max_len=tc.K)
+    loss = lambda m, k, s: 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))  # noqa: E731
+    return loss, model, step_flops(tc.batch, tc.K, tc.d_model, tc.d_ff, tc.n_layers)
+
+
+def peak_bytes(loss, model, compute_dtype):
     opt = optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    run, state, key = chunk_runner(loss, static, opt, compute_dtype), opt.init(params), jax.random.PRNGKey(2)
-    steps = jnp.arange(chunk)
-    jax.block_until_ready(run(params, state, key, steps))
-    times = []
-    for i in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(run(params, state, jax.random.fold_in(key, i), steps))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) / chunk
+    run = chunk_runner(loss, static, opt, compute_dtype)
+    mem = run.lower(params, opt.init(params), jax.random.PRNGKey(0), jnp.arange(1)).compile().memory_analysis()
+    if mem is None:
+        return math.nan
+    peak = getattr(mem, "peak_memory_in_bytes", 0)
+    return peak or (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", choices=["quick", "paper", "both"], default="both")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--chunk", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = ap.parse_args()
     compute = None if args.dtype == "float32" else jnp.bfloat16
-    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, chunk {args.chunk}")
-    configs = ["quick", "paper"] if args.config == "both" else [args.config]
-    for name in configs:
-        cfg = A.SIZES["quick" if name == "quick" else "full"]
-        for kind in A.MODELS:
-            sec = bench(cfg, kind, args.chunk, args.repeats, compute)
-            print(f"{name:5s} {kind:10s}: {1e3 * sec:8.2f} ms/step = {1 / sec:8.1f} steps/s", flush=True)
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}")
+    for name in (["quick", "paper"] if args.config == "both" else [args.config]):
+        size = "quick" if name == "quick" else "full"
+        chunk = args.chunk or (20 if name == "quick" else 2)
+        cases = {f"algoformer {k}": (lambda k=k: algoformer_case(size, k)) for k in A.MODELS}
+        cases |= {"zhang-fig1 gpt2": lambda: zhang_case(size), "yang-fig5 H=8": lambda: yang_case(size)}
+        for label, make in cases.items():
+            loss, model, flops = make()
+            sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
+                               compute_dtype=compute)
+            mem = peak_bytes(loss, model, compute)
+            print(f"{name:5s} {label:22s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
+                  f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s | peak memory {mem / 2**30:6.2f} GiB "
+                  f"| chunk {chunk} x {args.repeats}", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,30 @@ PAPERS = {
     "algoformer": (8, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
 }
 SLOW = {"algoformer"}  # trains 15 transformers: ~15 min on 2 cores
+# config field of the figures that train softmax transformers (minutes on 2 cores): the default suite runs the
+# rest of these quick reproductions, the slow suite all of it (their pipelines run at toy size in test_transformer)
+TRANSFORMER_PART = {"zhang2023": "gpt2", "yang2024": "transformer"}
 
 
-@pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW else p for p in PAPERS])
-def test_reproduce_quick_passes_every_check(paper, tmp_path):
-    from jaxicl.experiments import reproduce
+def _cases():
+    for p in PAPERS:
+        if p in TRANSFORMER_PART:
+            yield pytest.param(p, False, id=f"{p}-without-transformers")
+        slow = p in SLOW or p in TRANSFORMER_PART
+        yield pytest.param(p, True, id=p, marks=[pytest.mark.slow] if slow else [])
 
+
+@pytest.mark.parametrize("paper, with_transformers", list(_cases()))
+def test_reproduce_quick_passes_every_check(paper, with_transformers, tmp_path, monkeypatch):
+    import dataclasses
+    import importlib
+
+    from jaxicl.experiments import REPRODUCTIONS, reproduce
+
+    if not with_transformers:
+        module = importlib.import_module(REPRODUCTIONS[paper][0])
+        monkeypatch.setitem(module.SIZES, "quick",
+                            dataclasses.replace(module.SIZES["quick"], **{TRANSFORMER_PART[paper]: None}))
     min_passed, nc, holds = PAPERS[paper]
     (res,) = reproduce([paper], size="quick", out=tmp_path)
     failed = [(c.claim, c.predicted, c.simulated) for c in res.checks if c.passed is False]

@@ -295,3 +295,102 @@ def test_curriculum_schedule():
         (5, 11), (5, 11), (6, 13), (20, 41), (20, 41)]
     with pytest.raises(ValueError, match="curriculum"):
         Curriculum(d=(5, 2, 1))
+
+
+def test_template_encoding_layout():
+    task = tasks.TemplateRegression.random(KEY, d=4, K=7, n_context=3, m=2)
+    p = task.sample(jax.random.PRNGKey(1), 5)
+    s = tasks.template_encoding(p, clean=2 * p.y_query)
+    assert s.tokens.shape == (5, 7, 5) and s.targets.shape == (5, 7, 1) and s.mask.shape == (5, 7)
+    np.testing.assert_array_equal(s.tokens[:, :, :4], np.broadcast_to(task.tokens, (5, 7, 4)))
+    np.testing.assert_array_equal(s.tokens[:, :3, 4], p.y)  # labels shown for k <= N ...
+    np.testing.assert_array_equal(s.tokens[:, 3:, 4], 0)  # ... and hidden after
+    np.testing.assert_array_equal(s.targets[..., 0], p.y_query)  # every label scored (loss (9))
+    np.testing.assert_array_equal(s.clean[..., 0], 2 * p.y_query)
+    np.testing.assert_array_equal(s.mask, 1)
+    one = tasks.template_encoding(tasks.TemplatePrompt(p.tokens, p.y[0], p.y_query[0]))
+    np.testing.assert_array_equal(one.tokens, s.tokens[0])
+
+
+def test_step_seconds_times_a_compiled_step_and_rejects_bad_input():
+    from jaxicl.dynamics import step_seconds
+
+    model, _ = _models()["standard"]
+    task = tasks.RepresentationRegression(3, 4)
+    loss = lambda m, k, s: losses.sequence_loss(m, task.prompts(k, 4))  # noqa: E731
+    sec = step_seconds(loss, model, chunk=2, repeats=2)
+    assert np.isfinite(sec) and sec > 0
+    with pytest.raises(ValueError, match="chunk >= 1"):
+        step_seconds(loss, model, chunk=0)
+
+
+def test_zhang_fig1_lsa_line_is_the_papers_closed_form():
+    """§4.3: the LSA trained on Exp(1) covariance predicts b x_qᵀΛ_new w with b = E[λ²]/E[λ³] = 1/3, so on a
+    new Λ = c·diag(Exp(1)) its error per coordinate is E[cλ(cλ/3 − 1)²] = 2c³/3 − 4c²/3 + c (1/3 at c = 1,
+    the paper's value), and (1/3 − 1)² = 4/9 on the identity."""
+    from jaxicl.experiments import zhang2023 as Z
+
+    g = Z.GPT2Config(d=4, cs=(1.0, 4.0, 9.0))
+    lines = Z.fig1_lsa_limits(g)
+    expected = {"identity": 4 / 9} | {f"c={c:g}": 2 * c**3 / 3 - 4 * c**2 / 3 + c for c in g.cs}
+    assert lines.keys() == expected.keys()
+    for k, v in expected.items():
+        np.testing.assert_allclose(lines[k][0], v, rtol=1e-12)
+        np.testing.assert_allclose(lines[k][1], v, rtol=1e-4)  # the exact loss at M = 10⁶
+
+
+def test_zhang_fig1_pipeline_reference_curves(tmp_path):
+    """Fig. 1 end to end at a toy size (a few steps: the GPT-2 curves mean nothing here). On the same test
+    prompts, least squares is exact once M >= d (noiseless labels) and the zero estimator's error y²/d has mean c
+    (1 on the identity): y = wᵀΛ^{1/2}z gives E y⁴ = 3(d² + 2d) on the identity and 3c²(d² + 5d) for
+    Λ = c·diag(Exp(1)), hence the standard errors, at every M within 4 s.e."""
+    import dataclasses
+
+    from jaxicl.experiments import zhang2023 as Z
+
+    g = dataclasses.replace(Z.GPT2Config(), d=3, Ns=(3, 4), d_model=8, n_layers=1, n_heads=2, steps=4, chunk=2,
+                            batch=4, test_prompts=4000)
+    with jax.enable_x64(False):
+        ds = Z.fig1(g, KEY, tmp_path)
+    assert ds.error.shape == (2, 2, 4, 9) and np.all(np.isfinite(ds.error))
+    assert float(np.abs(ds.ols.sel(M=slice(g.d, None))).max()) < 1e-6
+    d, P = g.d, g.test_prompts
+    c = np.array([1.0, *g.cs])[:, None]
+    sd = np.array([[np.sqrt(3 * (d**2 + 2 * d) / d**2 - 1)]] + [[cc * np.sqrt(3 * (d**2 + 5 * d) / d**2 - 1)] for cc in g.cs])
+    z = (ds.zero.values - c) / (sd / np.sqrt(P))
+    assert np.all(np.abs(z) <= 4), z
+    assert len(list(tmp_path.glob("*.ckpt"))) == 4
+
+
+def test_template_sequence_loss_estimates_eq9_so_l_star_is_its_floor():
+    """The transformers of Yang et al. Figs. 2(b)/5 train on ½·mean_k (ŷ_k − y_k)² over template_encoding
+    prompts: for the optimal linear predictor ŷ = Aᵀy its Monte-Carlo mean equals L⋆ of eq. (9), within 4 s.e."""
+    from jaxicl.theory import yang as Y
+
+    task = tasks.TemplateRegression.random(KEY, d=5, K=12, n_context=4, m=3, tau=0.1)
+    p = task.sample(jax.random.PRNGKey(3), 40_000)
+    s = tasks.template_encoding(p)
+    per_prompt = 0.5 * np.mean((np.asarray(p.y @ Y.optimal_prediction_matrix(task)) - np.asarray(s.targets[..., 0])) ** 2, 1)
+    se = per_prompt.std(ddof=1) / np.sqrt(per_prompt.size)
+    assert abs(per_prompt.mean() - float(Y.loss_infimum(task))) <= 4 * se
+
+
+def test_yang_transformer_pipeline_and_wall_clock_budget(tmp_path):
+    """Figs. 2(b)/5 end to end at a toy size; the fixed wall-clock time is what the fastest H needs for every
+    step, and each H is read at the steps it completes in that time."""
+    import dataclasses
+
+    from jaxicl.experiments import yang2024 as Yx
+
+    tc = dataclasses.replace(Yx.TransformerConfig(), d=6, K=12, N=4, m=2, d_model=8, d_ff=16, n_layers=1, heads=2,
+                             fig5_heads=(1, 2), steps=6, chunk=3, batch=4, smooth=2, test_prompts=20)
+    with jax.enable_x64(False):
+        ds = Yx.train_transformers(tc, KEY, tmp_path)
+    assert ds.loss.shape == (2, 6) and ds.inference.shape == (2, 3, 2) and ds.eval_step.values.tolist() == [0, 3, 6]
+    assert np.all(np.isfinite(ds.loss)) and np.all(ds.step_seconds > 0)
+    fake = ds.assign(step_seconds=("heads", [1.0, 2.0]))
+    budget, n, loss, inf = Yx.at_budget(fake, tc)
+    assert budget == 6.0 and n.tolist() == [6, 3]
+    np.testing.assert_allclose(loss, [fake.loss.values[0, 4:6].mean(), fake.loss.values[1, 1:3].mean()])
+    np.testing.assert_array_equal(inf, [fake.inference.values[0, 2], fake.inference.values[1, 1]])
+    assert len(Yx._transformer_checks(ds, tc)) == 5

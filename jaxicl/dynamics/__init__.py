@@ -16,6 +16,6 @@ __all__ = [
     "optax_fit",
     "optax_train",
 ]
-from .train import Curriculum, TrainResult, cast_floating, load_checkpoint, save_checkpoint, train
+from .train import Curriculum, TrainResult, cast_floating, load_checkpoint, save_checkpoint, step_seconds, train
 
-__all__ += ["Curriculum", "TrainResult", "cast_floating", "load_checkpoint", "save_checkpoint", "train"]
+__all__ += ["Curriculum", "TrainResult", "cast_floating", "load_checkpoint", "save_checkpoint", "step_seconds", "train"]

@@ -20,7 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import dynamics, tasks
+import optax
+
+from .. import dynamics, losses, models, tasks
+from ..dynamics import step_seconds, train
 from ..losses.template import template_loss
 from ..models import MultiHeadSoftmaxICL
 from ..sweep import sweep
@@ -29,6 +32,31 @@ from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper
 
 NAME = "yang2024"
 TITLE = "In-context learning with representations: contextual generalization of trained transformers (Yang et al.)"
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Figs. 2(b) and 5 (§4): a ``n_layers``-layer transformer (GPT-2 blocks: pre-LN, causal softmax attention,
+    GELU MLP of width ``d_ff``) reads the prompt as tokens (v_k, y_k) / (v_k, 0) and predicts all K labels;
+    Adam on fresh batches of prompts (an unbiased estimate of the population loss (9)). Fig. 2(b) is the
+    ``heads`` run; Fig. 5 compares every H of ``fig5_heads`` at the same wall-clock time."""
+
+    d: int = 16
+    K: int = 40
+    N: int = 10
+    m: int = 5
+    tau: float = 0.01
+    n_layers: int = 4
+    d_model: int = 64
+    d_ff: int = 128
+    heads: int = 8
+    fig5_heads: tuple = (1, 2, 4, 8, 16)
+    steps: int = 1500
+    batch: int = 64
+    lr: float = 1e-3
+    chunk: int = 250
+    test_prompts: int = 200  # the paper's test sets
+    smooth: int = 100  # steps averaged for a "final" training loss (one fresh batch per step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +96,17 @@ class Config:
     th_paper_steps: int = 20_000
     th_steps: int = 3000
     th_eps: float = 1e-6
+    # Figs. 2(b) and 5: a 4-layer transformer (None: skip)
+    transformer: TransformerConfig | None = TransformerConfig()
     seed: int = 0
 
 
 SIZES = {
     "quick": Config(steps=300, fig4_steps=100, fig4_converged=5e-2, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=3000),
-    "full": Config(steps=2000, fig4_steps=600, eps=0.02, fig3_seeds=16, fig3_mc=20_000),
+    "full": Config(steps=2000, fig4_steps=600, eps=0.02, fig3_seeds=16, fig3_mc=20_000,
+                   transformer=TransformerConfig(d=100, K=200, N=30, m=20, d_model=256, d_ff=512, heads=8,
+                                                 fig5_heads=(1, 2, 4, 8, 16, 32, 64), steps=20_000, batch=256, lr=1e-4,
+                                                 chunk=500, smooth=500)),
 }
 
 
@@ -337,6 +370,134 @@ def _fig4_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     ]
 
 
+# --- Figs. 2(b) and 5: a standard multi-layer transformer on the template task ---------------------------------
+def transformer_task(tc: TransformerConfig, key) -> tasks.TemplateRegression:
+    return tasks.TemplateRegression.random(key, d=tc.d, K=tc.K, n_context=tc.N, m=tc.m, tau=tc.tau)
+
+
+def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset:
+    """One run per H in ``tc.fig5_heads`` (and ``tc.heads``): the training loss ½·mean_k(ŷ_k − y_k)² of every step,
+    the inference losses (1/2K)‖ŷ − ŷ⋆‖² on the in-domain and out-of-domain test sets every chunk, and the
+    seconds per step (median of compiled chunks, measured separately so that a resumed run has it too)."""
+    heads = sorted(set(tc.fig5_heads) | {tc.heads})
+    with jax.enable_x64(True):
+        task64 = transformer_task(tc, jax.random.fold_in(key, 0))
+        A64, L_star = Y.optimal_prediction_matrix(task64), float(Y.loss_infimum(task64))
+    k_in, k_ood = jax.random.split(jax.random.fold_in(key, 1))
+    task, A = _cast(task64, jnp.float32), A64.astype(jnp.float32)
+    sets = {"in_domain": task.sample(k_in, tc.test_prompts),
+            "ood": task.with_coefficients(1.0, 2.0).sample(k_ood, tc.test_prompts)}
+    tests = {k: tasks.template_encoding(p, p.y @ A) for k, p in sets.items()}  # clean target ŷ⋆ = Aᵀy (eq. 27)
+
+    @eqx.filter_jit
+    def eval_fn(model):
+        return {f"inference_{k}": 0.5 * jnp.mean(losses.position_errors(model, p)) for k, p in tests.items()}
+
+    def loss(m, k, s):
+        return 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))
+
+    curves, evals, seconds = [], [], []
+    for i, H in enumerate(heads):
+        model = models.StandardTransformer(jax.random.fold_in(key, 10 + i), tc.d + 1, 1, n_layers=tc.n_layers,
+                                           d_model=tc.d_model, n_heads=H, d_ff=tc.d_ff, max_len=tc.K)
+        if progress:
+            print(f"  training the {tc.n_layers}-layer transformer, H = {H}", flush=True)
+        seconds.append(step_seconds(loss, model, optimizer=optax.adam(tc.lr)))
+        res = train(loss, model, tc.steps, jax.random.fold_in(key, 100 + i), optimizer=optax.adam(tc.lr),
+                    chunk_size=tc.chunk, checkpoint=ckpt_dir / f"transformer_H{H}.ckpt", eval_fn=eval_fn,
+                    eval_every=tc.chunk, progress=progress,
+                    config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}})
+        curves.append(res.losses)
+        evals.append(np.stack([res.evals[f"inference_{k}"] for k in tests], -1))
+    return xr.Dataset(
+        {"loss": (("heads", "step"), np.asarray(curves)),
+         "inference": (("heads", "eval_step", "test_set"), np.asarray(evals)),
+         "step_seconds": ("heads", np.asarray(seconds))},
+        coords={"heads": heads, "step": np.arange(1, tc.steps + 1), "eval_step": res.eval_steps, "test_set": list(tests)},
+        attrs={"L_star": L_star, "n_layers": tc.n_layers, "d_model": tc.d_model, "d_ff": tc.d_ff})
+
+
+def at_budget(ds: xr.Dataset, tc: TransformerConfig):
+    """Fig. 5's fixed wall-clock time: the time the fastest H needs for all ``tc.steps`` steps. For each H: the
+    steps it completes in that time, its training loss there (mean of the last ``tc.smooth`` steps) and its
+    inference losses at the last evaluation before it."""
+    sec = ds.step_seconds.values
+    budget = tc.steps * float(sec.min())
+    n = np.minimum(tc.steps, np.floor(budget / sec).astype(int))
+    loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0):k].mean() for i, k in enumerate(n)])
+    ev = np.array([np.searchsorted(ds.eval_step.values, k, side="right") - 1 for k in n])
+    inf = ds.inference.values[np.arange(len(n)), ev]
+    return budget, n, loss, inf
+
+
+def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
+    L_star = ds.attrs["L_star"]
+    run = ds.sel(heads=tc.heads)
+    first = float(run.loss.values[: tc.smooth].mean())
+    last = float(run.loss.values[-tc.smooth:].mean())
+    frac = (last - L_star) / (first - L_star)
+    inf0, inf1 = run.inference.values[0], run.inference.values[-1]
+    out = [
+        Check(f"Fig. 2(b): the {tc.n_layers}-layer transformer's training loss (9) approaches L⋆ = {L_star:.4g} "
+              f"(H = {tc.heads}, {tc.steps} Adam steps; excess over L⋆, last vs first {tc.smooth} steps)",
+              "< 0.1 of the initial excess", f"{first:.4g} → {last:.4g}: {frac:.3g}", "0.1", bool(frac < 0.1)),
+        Check("Fig. 2(b): inference losses (1/2K)‖ŷ − ŷ⋆‖² fall with training (in-domain, out-of-domain)",
+              "each ÷ ≥ 10", ", ".join(f"{k} {a:.3g} → {b:.3g}" for k, a, b in zip(ds.test_set.values, inf0, inf1)),
+              "factor 10", bool(np.all(inf1 * 10 <= inf0))),
+        Check("Fig. 2(b): out-of-domain inference loss above in-domain (as in the paper)", "ood > in-domain",
+              f"{inf1[1]:.3g} vs {inf1[0]:.3g}", "—", None),
+    ]
+    budget, n, loss, inf = at_budget(ds, tc)
+    H = ds.heads.values
+    excess = (loss - L_star) / (first - L_star)
+    out.append(Check(f"Fig. 5: at a fixed wall-clock time ({budget:.3g} s) every H, including H = 1 < N = {tc.N}, "
+                     "brings the training loss near L⋆ (deep transformers need no H ≥ N)",
+                     "excess < 0.1 of the initial", ", ".join(f"H={h}: {e:.2g}" for h, e in zip(H, excess)), "0.1",
+                     bool(np.all(excess < 0.1))))
+    out.append(Check("Fig. 5: the best H at fixed wall-clock time is small (paper: H = 4 of 1…64)", "small H",
+                     f"argmin H = {int(H[np.argmin(loss)])}; steps done {dict(zip(H.tolist(), n.tolist()))}; "
+                     f"ms/step {dict(zip(H.tolist(), np.round(1e3 * ds.step_seconds.values, 2).tolist()))}",
+                     "reported", None))
+    return out
+
+
+def _transformer_figure(out, ds: xr.Dataset, tc: TransformerConfig) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w = max(1, tc.smooth // 4)
+
+    def smooth(y):  # (steps, moving average): entry j averages steps j + 1 … j + w
+        return np.arange(w, len(y) + 1), np.convolve(y, np.ones(w) / w, mode="valid")
+
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
+    run = ds.sel(heads=tc.heads)
+    ax[0].semilogy(*smooth(run.loss.values), label="training loss (9), moving average")
+    for j, t in enumerate(ds.test_set.values):
+        ax[0].semilogy(ds.eval_step, run.inference.values[:, j], "o-", ms=3, label=f"inference loss ({t})")
+    ax[0].axhline(ds.attrs["L_star"], color="gray", ls="--", label="L⋆")
+    ax[0].set(xlabel="Adam step", ylabel="loss", title=f"Fig. 2(b): {tc.n_layers}-layer transformer, H = {tc.heads}")
+    ax[0].legend(fontsize=8)
+    budget, n, loss, inf = at_budget(ds, tc)
+    H = ds.heads.values
+    ax[1].semilogx(H, loss, "o-", label="training loss")
+    for j, t in enumerate(ds.test_set.values):
+        ax[1].semilogx(H, inf[:, j], "s-", label=f"inference loss ({t})")
+    ax[1].axhline(ds.attrs["L_star"], color="gray", ls="--", label="L⋆")
+    ax[1].set(yscale="log", xlabel="heads H", ylabel="loss at the budget", title=f"Fig. 5(a): losses at {budget:.3g} s")
+    ax[1].legend(fontsize=8)
+    for i, h in enumerate(H):
+        steps, y = smooth(ds.loss.values[i, : n[i]])
+        ax[2].semilogy(steps * ds.step_seconds.values[i], y, label=f"H = {h}")
+    ax[2].axhline(ds.attrs["L_star"], color="gray", ls="--")
+    ax[2].set(xlabel="wall-clock seconds (measured step time × steps)", ylabel="training loss",
+              title="Fig. 5(b): training curves within the budget")
+    ax[2].legend(fontsize=8)
+    return save_paper_figure(fig, out, NAME, "fig2b_fig5_transformer.png")
+
+
 # --- figures ------------------------------------------------------------------------------------------------------
 def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     import matplotlib
@@ -432,6 +593,18 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         checks += _fig4_checks(ds4, cfg)
         save(ds4, "fig4.nc")
         lap("Fig. 4 sweep")
+    tc = cfg.transformer
+    if tc is not None:
+        dst = train_transformers(tc, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size, progress)
+        checks += _transformer_checks(dst, tc)
+        save(dst, "fig2b_fig5_transformer.nc")
+        lap("Figs. 2(b), 5 (transformers)")
+        notes.append(
+            f"Figs. 2(b) and 5: {tc.n_layers}-layer transformers (pre-LN GPT-2 blocks, causal), width {tc.d_model}, MLP {tc.d_ff}, "
+            f"Adam lr {tc.lr:g}, batch {tc.batch}, {tc.steps} steps on fresh prompts, on their own dictionary: N = {tc.N}, "
+            f"K = {tc.K}, d = {tc.d}, m = {tc.m}, τ = {tc.tau:g} (paper: N = 30, K = 200, d = 100, m = 20, width 256, MLP 512, "
+            "batch 256, lr 1e-4, 100 s per H on its GPU). Fig. 5's fixed wall-clock time is the time the fastest H takes for "
+            "all steps, from step times measured here.")
 
     notes.append(
         f"Loss (9) with its ½; trained by GD with two step sizes (eq. 10) on the exact loss, η_Q = {cfg.eta_Q:g}, η_w = {cfg.eta_w:g} "
@@ -442,4 +615,6 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         "own step sizes on a small dictionary and the figures use practical ones. Lemma 5 as printed omits the irreducible "
         "noise mτ(K − N)/(2K) of the unseen labels from L⋆; jaxicl's L⋆ includes it (Δ is unaffected).")
     figures = _figures(out, cfg, ds2, ds3, ds4, dsth)
+    if tc is not None:
+        figures.append(_transformer_figure(out, dst, tc))
     return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)

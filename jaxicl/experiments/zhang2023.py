@@ -1,7 +1,13 @@
 """Reproduction of Zhang, Frei & Bartlett (2023), *Trained Transformers Learn Linear Models In-Context*.
 
-Every number is computed in float64. Each check compares what the code simulates with what the
-paper predicts, at the tolerance stated in the table.
+Every number of the linear self-attention (LSA) part is computed in float64. Each check compares what the
+code simulates with what the paper predicts, at the tolerance stated in the table.
+
+Fig. 1 (§4.3, App. E) trains GPT-2-style softmax transformers (float32, AdamW, Garg et al.'s encoding) on
+noiseless linear regression with x ~ N(0, I) ("fixed") or x ~ N(0, Λ), Λ = diag(λ_i), λ_i ~ Exp(1)
+("random"), and evaluates them on the identity and on c·Λ, c ∈ {1, 4, 9}, for M = 0…2N in-context
+examples, against least squares, the zero estimator and the M, N → ∞ limit of the LSA trained on random
+covariance (eq. 4.13). Its models are checkpointed under ``out/zhang2023/checkpoints/<size>``.
 """
 
 from __future__ import annotations
@@ -16,12 +22,35 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import dynamics, losses, models, tasks
+import equinox as eqx
+import optax
+
+from .. import baselines, dynamics, losses, models, tasks
+from ..dynamics import Curriculum, train
 from ..theory import zhang
 from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "zhang2023"
 TITLE = "Trained Transformers Learn Linear Models In-Context (Zhang, Frei & Bartlett)"
+
+
+@dataclasses.dataclass(frozen=True)
+class GPT2Config:
+    """Fig. 1 (App. E): a GPT-2-style transformer (``n_layers`` pre-LN blocks of width ``d_model``) trained on
+    d-dimensional noiseless linear regression with N examples per prompt, one model per (covariance, N)."""
+
+    d: int = 5
+    Ns: tuple = (10, 20)
+    d_model: int = 32
+    n_layers: int = 4
+    n_heads: int = 4
+    steps: int = 3000
+    batch: int = 64
+    lr: float = 1e-3
+    curriculum: bool = False  # Garg et al.: d from 5 and N from 11 up, every 2000 steps
+    cs: tuple = (1.0, 4.0, 9.0)
+    test_prompts: int = 2048
+    chunk: int = 250
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +68,7 @@ class Config:
     shift_M: int = 400
     shift_batch: int = 12_000
     n_random_inits: int = 8
+    gpt2: GPT2Config | None = GPT2Config()
     seed: int = 0
 
 
@@ -58,6 +88,8 @@ SIZES = {
         shift_M=2000,
         shift_batch=50_000,
         n_random_inits=32,
+        gpt2=GPT2Config(d=20, Ns=(40, 70, 100), d_model=256, n_layers=12, n_heads=8, steps=500_000, batch=64,
+                        lr=1e-4, curriculum=True, test_prompts=4096, chunk=1000),
     ),
 }
 
@@ -104,6 +136,156 @@ def mean_and_se(x):
 
 def _within(sim, se, pred, n_se=3.0):
     return abs(sim - pred) <= n_se * se
+
+
+# --- Fig. 1: GPT-2 trained on fixed vs random covariance (§4.3, App. E) ------------------------------------
+FIG1_TRAIN = ("fixed", "random")
+
+
+def fig1_test_priors(g: GPT2Config) -> dict:
+    """The four test distributions of Fig. 1: Λ = I, and Λ = c·diag(Exp(1)) for each c in ``g.cs``."""
+    return {"identity": tasks.FixedCovariance(jnp.eye(g.d))} | {
+        f"c={c:g}": tasks.RandomDiagonalCovariance(g.d, scale=c) for c in g.cs}
+
+
+def fig1_lsa_limits(g: GPT2Config) -> dict:
+    """Normalised error (÷ d) of the LSA trained on random covariance, M, N → ∞ (eq. 4.13: ŷ = b x_qᵀ Λ_new w with
+    b = E[λ²]/E[λ³] = 1/3), on each test distribution; and the same number from the exact population loss
+    of that LSA at M = 10⁶ (float64), as an independent check of the line drawn."""
+    m1, m2, m3 = tasks.RandomDiagonalCovariance(g.d).raw_moments()
+    b = m2 / m3
+    lsa = models.LinearSelfAttention.from_blocks(b * jnp.eye(g.d), jnp.zeros(g.d), jnp.zeros(g.d), jnp.asarray(1.0))
+    out = {}
+    for name, prior in fig1_test_priors(g).items():
+        if name == "identity":
+            line = zhang.random_covariance_limit_error(b, lam_new=jnp.ones(g.d))
+        else:
+            line = zhang.random_covariance_limit_error(b, moments=(*prior.raw_moments(), g.d))
+        exact = 2 * losses.population_loss(lsa, tasks.LinearRegression(g.d, 10**6, prior))
+        out[name] = (float(line) / g.d, float(exact) / g.d)
+    return out
+
+
+def _fig1_model(g: GPT2Config, key, M_max: int):
+    # positions up to 2(M_max + 1): a model trained on N examples has never updated those beyond 2N
+    return models.StandardTransformer(key, g.d, 1, n_layers=g.n_layers, d_model=g.d_model, n_heads=g.n_heads,
+                                      max_len=2 * (M_max + 1))
+
+
+def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset:
+    """Train one transformer per (training covariance, N) and evaluate each on the test distributions at
+    M = 0…2·max(N): normalised squared error (ŷ − y_query)²/d of the query after M examples, with its s.e.
+    (over ``g.test_prompts`` prompts, each with its own Λ), and least squares and the zero estimator on the same
+    prompts."""
+    M_max = 2 * max(g.Ns)
+    tests = fig1_test_priors(g)
+    base = tasks.RepresentationRegression(g.d, M_max + 1)
+    samples = {name: jax.vmap(base.with_covariance(prior).sample_xy)(
+        jax.random.split(jax.random.fold_in(key, 100 + i), g.test_prompts)) for i, (name, prior) in enumerate(tests.items())}
+    shape = (len(FIG1_TRAIN), len(g.Ns), len(tests), M_max + 1)
+    err, err_se = np.full(shape, np.nan), np.full(shape, np.nan)
+    ols, zero = np.zeros(shape[2:]), np.zeros(shape[2:])
+    for ti, (xs, ys, clean, _) in enumerate(samples.values()):
+        e_ols = jnp.sum((jax.jit(jax.vmap(baselines.ols))(xs, ys) - clean) ** 2, -1)
+        ols[ti], zero[ti] = (np.asarray(jnp.mean(e, 0)) / g.d for e in (e_ols, jnp.sum(clean**2, -1)))
+
+    @eqx.filter_jit
+    def query_errors(model, prompts):  # (P, M_max + 1): error at each x position = after M = 0, 1, … examples
+        one = lambda p: losses.position_errors(model, jax.tree_util.tree_map(lambda a: a[None], p))[0, ::2]  # noqa: E731
+        return jax.lax.map(one, prompts, batch_size=256)
+
+    speed = {}
+    for ci, cov in enumerate(FIG1_TRAIN):
+        for ni, N in enumerate(g.Ns):
+            task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d) if cov == "random" else None)
+            curr = Curriculum(d=(min(5, g.d), g.d, 1), n=(min(11, N), N, 2), every=2000) if g.curriculum else None
+
+            def loss(m, k, s, task=task, curr=curr):
+                d_active, n_active = (None, None) if curr is None else curr.at(s)
+                return losses.sequence_loss(m, task.prompts(k, g.batch, d_active, n_active))
+
+            label = f"fig1 {cov} N={N}"
+            if progress:
+                print(f"  training {label}", flush=True)
+            res = train(loss, _fig1_model(g, jax.random.fold_in(key, 10 * ci + ni), M_max), g.steps,
+                        jax.random.fold_in(key, 1000 + 10 * ci + ni), optimizer=optax.adamw(g.lr), chunk_size=g.chunk,
+                        checkpoint=ckpt_dir / f"fig1_{cov}_N{N}.ckpt", progress=progress,
+                        config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}})
+            speed[f"{cov}_N{N}"] = res.steps_per_second
+            for ti, (xs, ys, clean, _) in enumerate(samples.values()):
+                e = np.asarray(query_errors(res.model, jax.vmap(tasks.garg_encoding)(xs, ys, clean))) / g.d
+                err[ci, ni, ti], err_se[ci, ni, ti] = e.mean(0), e.std(0, ddof=1) / np.sqrt(e.shape[0])
+    dims = ("train_covariance", "N", "test", "M")
+    return xr.Dataset(
+        {"error": (dims, err), "error_se": (dims, err_se), "ols": (dims[2:], ols), "zero": (dims[2:], zero)},
+        coords={"train_covariance": list(FIG1_TRAIN), "N": list(g.Ns), "test": list(tests), "M": np.arange(M_max + 1)},
+        attrs={"d": g.d, "description": "(ŷ − y_query)²/d after M in-context examples",
+               **{f"steps_per_second_{k}": v for k, v in speed.items()}})
+
+
+def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
+    checks = []
+    dev = max(abs(ex - line) / line for line, ex in lsa.values())
+    checks.append(Check("Fig. 1 LSA line (4.13), N, M → ∞ = exact loss of that LSA at M = 10⁶ (each test Λ)",
+                        ", ".join(f"{k} {fmt(v[0], 4)}" for k, v in lsa.items()), f"max rel dev {dev:.1e}", "rel 1e-4",
+                        dev <= 1e-4))
+    # a prompt of N examples trains the predictions after M = 0…N − 1 examples: M = N − 1 is the longest context
+    # seen in training, positions beyond it keep their random initial embeddings
+    at_N = {(cov, N): ds.error.sel(train_covariance=cov, N=N, M=N - 1) for cov in FIG1_TRAIN for N in g.Ns}
+    own = {"fixed": "identity", "random": "c=1"}
+    ratios = {k: float(v.sel(test=own[k[0]]) / ds.zero.sel(test=own[k[0]], M=k[1])) for k, v in at_N.items()}
+    checks.append(Check("Fig. 1: GPT-2 learns in context — error at M = N − 1 on its training distribution below half "
+                        "the zero estimator's", "< 0.5", ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in ratios.items()),
+                        "strict", all(r < 0.5 for r in ratios.values())))
+    N = max(g.Ns)
+    lsa_c1 = lsa["c=1"][0]
+    e = {cov: float(at_N[(cov, N)].sel(test="c=1")) for cov in FIG1_TRAIN}
+    checks.append(Check(f"Fig. 1: on random covariance (c = 1) GPT-2 beats the LSA limit (4.13) at M = N − 1 = {N - 1}",
+                        f"< {fmt(lsa_c1, 3)}", ", ".join(f"trained {k} {fmt(v, 3)}" for k, v in e.items()), "strict",
+                        all(v < lsa_c1 for v in e.values())))
+    for c in g.cs[1:]:
+        t = f"c={c:g}"
+        e = {cov: float(at_N[(cov, N)].sel(test=t)) for cov in FIG1_TRAIN}
+        checks.append(Check(f"Fig. 1 ({t}): trained on random covariance beats trained on identity at M = N − 1 = {N - 1}",
+                            "random < fixed (paper)", ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()),
+                            f"reported at {g.steps} steps (paper: 500k)", None))
+    spikes = {}
+    for (cov, n), _ in at_N.items():
+        curve = ds.error.sel(train_covariance=cov, N=n, test=own[cov])
+        spikes[(cov, n)] = float(curve.sel(M=slice(n, 2 * n)).mean() / curve.sel(M=n - 1))
+    checks.append(Check("Fig. 1: error spikes beyond the training length (mean over N ≤ M ≤ 2N ÷ error at M = N − 1)",
+                        "> 1 (paper)", ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in spikes.items()),
+                        "every model", all(r > 1 for r in spikes.values())))
+    return checks
+
+
+def _fig1_figure(out, ds: xr.Dataset, lsa: dict) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tests = list(ds.test.values)
+    fig, axes = plt.subplots(1, len(tests), figsize=(4.2 * len(tests), 3.8), layout="constrained", sharex=True)
+    M = ds.M.values
+    for ax, t in zip(np.atleast_1d(axes), tests):
+        for cov, ls in zip(FIG1_TRAIN, ("-", "--")):
+            for i, N in enumerate(ds.N.values):
+                y = ds.error.sel(train_covariance=cov, N=N, test=t).values
+                se = ds.error_se.sel(train_covariance=cov, N=N, test=t).values
+                line = ax.plot(M, y, ls, color=f"C{i}", label=f"GPT-2 trained {cov}, N = {N}")[0]
+                ax.fill_between(M, y - 2 * se, y + 2 * se, color=line.get_color(), alpha=0.15)
+        ax.plot(M, ds.ols.sel(test=t).values, color="k", lw=1, label="least squares")
+        ax.plot(M, ds.zero.sel(test=t).values, color="gray", ls="--", label="zero estimator")
+        ax.axhline(lsa[t][0], color="k", ls="--", label="LSA, M, N → ∞ (4.13)")
+        for N in ds.N.values:
+            ax.axvline(N, color="gray", ls=":", lw=0.8)
+        low = float(ds.error.sel(test=t).min())
+        ax.set(yscale="log", ylim=(0.3 * low, None), xlabel="in-context examples M", title=f"test: {t}")
+    np.atleast_1d(axes)[0].set_ylabel("(ŷ − y)² / d")
+    np.atleast_1d(axes)[-1].legend(fontsize=7)
+    fig.suptitle("Fig. 1: GPT-2 on linear regression, fixed vs random covariance (±2 s.e.; dotted: training N)")
+    return save_paper_figure(fig, out, NAME, "fig1_gpt2.png")
 
 
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False) -> PaperResult:
@@ -353,12 +535,28 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         )
 
         lap("Thm 4.5")
+        # 8. Fig. 1: GPT-2 on fixed vs random covariance (float32 training) ------------------------------
+        datasets = {"flow": ds_flow, "thm42": ds_thm42, "shifts": ds_shift, "random_cov": ds_rand}
+        if cfg.gpt2 is not None:
+            lsa = fig1_lsa_limits(cfg.gpt2)
+            with jax.enable_x64(False):
+                datasets["fig1_gpt2"] = fig1(cfg.gpt2, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size,
+                                             progress)
+            checks += fig1_checks(datasets["fig1_gpt2"], lsa, cfg.gpt2)
+            lap("Fig. 1 (GPT-2)")
         # figures and data ---------------------------------------------------------------------------
         out.mkdir(parents=True, exist_ok=True)
-        for nm, ds in (("flow", ds_flow), ("thm42", ds_thm42), ("shifts", ds_shift), ("random_cov", ds_rand)):
+        for nm, ds in datasets.items():
             save_dataset(ds, out / NAME / f"{nm}.nc")
             data.append(f"{NAME}/{nm}.nc")
         figures += _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand)
+        if cfg.gpt2 is not None:
+            figures.append(_fig1_figure(out, datasets["fig1_gpt2"], lsa))
+            g = cfg.gpt2
+            notes.append(f"Fig. 1: {g.n_layers}-layer transformers of width {g.d_model} ({g.n_heads} heads), AdamW lr "
+                         f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
+                         f"N ∈ {list(g.Ns)}; {g.test_prompts} test prompts per curve (paper: d = 20, 12 layers, width 256, "
+                         "500k steps).")
         notes.append(
             f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {d}), training length N = {N}, "
             f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = {cfg.t1:g}."

@@ -27,6 +27,7 @@ from .sequence import (
     garg_encoding,
     next_token_encoding,
     stacked_encoding,
+    template_encoding,
 )
 from .template_regression import TemplatePrompt, TemplateRegression, check_dictionary, random_dictionary
 
@@ -39,6 +40,7 @@ __all__ = [
     "garg_encoding",
     "next_token_encoding",
     "stacked_encoding",
+    "template_encoding",
     "CovariancePrior",
     "FixedCovariance",
     "RandomDiagonalCovariance",

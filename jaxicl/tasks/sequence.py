@@ -8,6 +8,7 @@ A :class:`SequencePrompt` is what a transformer reads and what its loss scores: 
   every prefix length i = 1…N (causal attention sees x_1, y_1, …, x_i).
 - :func:`stacked_encoding` (the linear papers): one token (x_i, y_i) per example, then query tokens (x, 0)
   whose predictions are read.
+- :func:`template_encoding` (Yang et al.'s template task): tokens (v_k, y_k), then (v_k, 0), all K scored.
 - :func:`next_token_encoding` (AR(q), CoT): tokens s_1…s_{T}, target of position j is s_{j+1}.
 
 Tasks (each draws prompts with ``prompts(key, batch)`` and keeps the clean targets for validation):
@@ -31,6 +32,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .covariance import CovariancePrior, FixedCovariance, _is_concrete
+from .template_regression import TemplatePrompt
 
 
 class SequencePrompt(eqx.Module):
@@ -66,6 +68,20 @@ def stacked_encoding(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_context
     query = jnp.arange(N) >= n_context
     tokens = jnp.concatenate([xs, jnp.where(query[:, None], 0.0, ys)], axis=1)
     return SequencePrompt(tokens, ys, ys if ys_clean is None else ys_clean, query.astype(xs.dtype))
+
+
+def template_encoding(prompt: TemplatePrompt, clean=None) -> SequencePrompt:
+    """Yang et al.'s prompt (eqs. 2–4) as a token sequence: token k is (v_k, y_k) for k ≤ N and (v_k, 0) for
+    k > N; all K positions are scored against y_k, as the loss (9) averages over all K. ``clean`` (same shape
+    as ``prompt.y_query``): the validation target, e.g. ŷ⋆ = Aᵀy of Thm 2 (default: the labels). Works on one
+    prompt or a batch (labels with a leading axis; the dictionary is shared)."""
+    y_all = prompt.y_query
+    K, N = prompt.tokens.shape[0], prompt.n_context
+    shown = jnp.where(jnp.arange(K) < N, y_all, 0.0)
+    v = jnp.broadcast_to(prompt.tokens.astype(y_all.dtype), (*y_all.shape, prompt.tokens.shape[1]))
+    clean = y_all if clean is None else clean
+    return SequencePrompt(jnp.concatenate([v, shown[..., None]], -1), y_all[..., None], clean[..., None],
+                          jnp.ones_like(y_all))
 
 
 def next_token_encoding(seq: Float[Array, "S d"], mask: Float[Array, " S"], clean=None) -> SequencePrompt:
