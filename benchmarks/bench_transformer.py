@@ -109,7 +109,7 @@ def main():
                                compute_dtype=compute)
             mem = peak_bytes(loss, model, compute)
             print(f"{name:5s} {label:22s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
-                  f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s | peak memory {mem / 2**30:6.2f} GiB "
+                  f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s | peak memory {mem / 2**20:8.1f} MiB "
                   f"| chunk {chunk} x {args.repeats}", flush=True)
 
 

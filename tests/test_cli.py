@@ -23,7 +23,9 @@ PAPERS = {
     "yang2024": (17, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
     "algoformer": (8, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
 }
-SLOW = {"algoformer"}  # trains 15 transformers: ~15 min on 2 cores
+# algoformer trains 15 transformers (~15 min on 2 cores); ahn2023 takes ~3 min (its theorems are unit-tested in
+# test_theory_ahn.py, and `make reproduce` runs it)
+SLOW = {"algoformer", "ahn2023"}
 # config field of the figures that train softmax transformers (minutes on 2 cores): the default suite runs the
 # rest of these quick reproductions, the slow suite all of it (their pipelines run at toy size in test_transformer)
 TRANSFORMER_PART = {"zhang2023": "gpt2", "yang2024": "transformer"}
