@@ -17,13 +17,12 @@ import functools
 import time
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
-
-import equinox as eqx
 import optax
+import xarray as xr
 
 from .. import baselines, dynamics, losses, models, tasks
 from ..dynamics import Curriculum, train
