@@ -393,4 +393,4 @@ def test_yang_transformer_pipeline_and_wall_clock_budget(tmp_path):
     assert budget == 6.0 and n.tolist() == [6, 3]
     np.testing.assert_allclose(loss, [fake.loss.values[0, 4:6].mean(), fake.loss.values[1, 1:3].mean()])
     np.testing.assert_array_equal(inf, [fake.inference.values[0, 2], fake.inference.values[1, 1]])
-    assert len(Yx._transformer_checks(ds, tc)) == 5
+    assert len(Yx._transformer_checks(ds, tc)) == 6
