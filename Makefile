@@ -20,7 +20,7 @@ reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick 
 test: $(VENV)/.installed  ## install, then run the default test suite (slow reproductions deselected)
 	$(BIN)/python -m pytest -n 2 -q
 
-test-slow: $(VENV)/.installed  ## paper-size reproductions
+test-slow: $(VENV)/.installed  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q
 
 bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/README.md)
