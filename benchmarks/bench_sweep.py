@@ -105,6 +105,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--devices-mode", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--skip-devices", action="store_true", help="skip the forced-host-device runs (CPU only)")
     args = parser.parse_args()
     if args.devices_mode:
         return devices_mode(args.repeats)
@@ -119,7 +120,7 @@ def main():
         n_pts = len(run_loop_points(name))
         print(f"{name:9s}: {n_pts}-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s, "
               f"ratio {t_loop / t_sweep:.1f}x", flush=True)
-    for k in (1, 2, 4):
+    for k in () if args.skip_devices or jax.default_backend() != "cpu" else (1, 2, 4):
         env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={k}"}
         res = subprocess.run([sys.executable, __file__, "--devices-mode", "--repeats", str(args.repeats)],
                              env=env, capture_output=True, text=True, check=True)

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import tempfile
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxicl import losses, models, tasks
+from jaxicl import compilation_cache, losses, models, tasks
 from jaxicl.dynamics import step_seconds
 from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
@@ -78,15 +79,19 @@ def yang_case(size):
     return loss, model, step_flops(tc.batch, tc.K, tc.d_model, tc.d_ff, tc.n_layers)
 
 
-def peak_bytes(loss, model, compute_dtype):
+def compiled_step(loss, model, compute_dtype, chunk):
+    """The compiled chunk program that ``step_seconds`` timed (the persistent compilation cache hands it back):
+    (peak bytes, whether cuDNN's fused attention is in it)."""
     opt = optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     run = chunk_runner(loss, static, opt, compute_dtype)
-    mem = run.lower(params, opt.init(params), jax.random.PRNGKey(0), jnp.arange(1)).compile().memory_analysis()
+    compiled = run.lower(params, opt.init(params), jax.random.PRNGKey(0), jnp.arange(chunk)).compile()
+    fused = "cudnn$fmha" in compiled.as_text()
+    mem = compiled.memory_analysis()
     if mem is None:
-        return math.nan
+        return math.nan, fused
     peak = getattr(mem, "peak_memory_in_bytes", 0)
-    return peak or (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes)
+    return peak or (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes), fused
 
 
 def main():
@@ -95,8 +100,20 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--attention", choices=["auto", "xla"], default="auto",
+                    help="auto: cuDNN fused attention where it applies (GPU, bf16); xla: never")
+    ap.add_argument("--only", default=None, help="run only the configs whose label contains this (_ for a space)")
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="the device's peak for the compute dtype, to print the fraction reached")
     args = ap.parse_args()
     compute = None if args.dtype == "float32" else jnp.bfloat16
+    models.transformer.ATTENTION_IMPLEMENTATION = args.attention
+    with tempfile.TemporaryDirectory() as cache:  # the memory probe recompiles the timed program: read it back
+        compilation_cache.enable(cache, min_compile_seconds=0.0)
+        run_configs(args, compute)
+
+
+def run_configs(args, compute):
     print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}")
     for name in (["quick", "paper"] if args.config == "both" else [args.config]):
         size = "quick" if name == "quick" else "full"
@@ -104,13 +121,17 @@ def main():
         cases = {f"algoformer {k}": (lambda k=k: algoformer_case(size, k)) for k in A.MODELS}
         cases |= {"zhang-fig1 gpt2": lambda: zhang_case(size), "yang-fig5 H=8": lambda: yang_case(size)}
         for label, make in cases.items():
+            if args.only and args.only.replace("_", " ") not in label:
+                continue
             loss, model, flops = make()
             sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
                                compute_dtype=compute)
-            mem = peak_bytes(loss, model, compute)
-            print(f"{name:5s} {label:22s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
-                  f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s | peak memory {mem / 2**20:8.1f} MiB "
-                  f"| chunk {chunk} x {args.repeats}", flush=True)
+            mem, fused = compiled_step(loss, model, compute, chunk)
+            peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
+            print(f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
+                  f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
+                  f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | chunk {chunk} x {args.repeats}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -24,3 +24,18 @@ def slow_point(x, seed, key):
 
 
 GRID = {"x": [0.1 * i for i in range(8)], "seed": [0, 1]}
+
+
+def memory_hungry(scale, seed):
+    """Reverse mode through a 20-step scan over 128×128 matrices: XLA keeps every step's matrices (about 10 MB
+    per point in float64), so the program's memory grows linearly with the points of a chunk."""
+
+    def loss(s):
+        def body(h, _):
+            h = jnp.tanh(h @ h.T / 128.0 + s)
+            return h, None
+
+        h0 = jnp.outer(jnp.linspace(-1, 1, 128), jnp.linspace(0.5, 1.5, 128)) + 0.01 * seed
+        return jnp.sum(jax.lax.scan(body, h0, None, length=20)[0])
+
+    return {"grad": jax.grad(loss)(scale)}

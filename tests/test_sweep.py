@@ -139,3 +139,25 @@ def test_two_local_processes_form_a_cluster_and_both_get_the_full_dataset(tmp_pa
     one = icl.sweep(H.depth_product, {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]}, chunk_size=8)
     for i in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / f"p{i}.npy"), one["curve"].values)
+
+
+def test_a_chunk_over_the_memory_budget_is_split_and_gives_the_same_numbers(tmp_path):
+    from jaxicl.sweep import _fitting_chunk, program_bytes
+
+    grid = {"scale": list(np.linspace(0.0, 0.3, 12)), "seed": [0, 1]}  # 24 points
+    whole = icl.sweep(H.memory_hungry, grid, memory_budget=2**40)  # one chunk of 24
+    assert whole.attrs["n_chunks"] == 1
+    # the single program for 24 points needs about 24 × 10.5 MB (XLA's buffer assignment): 64 MB must split it
+    one_chunk = _fitting_chunk(lambda scale, seed: H.memory_hungry(scale, seed), False, tuple(jax.devices()),
+                               (("scale", np.dtype("float64")), ("seed", np.dtype("int32"))), 24, jax.random.PRNGKey(0),
+                               2**40)[1]
+    assert program_bytes(one_chunk) > 64 * 2**20
+    split = icl.sweep(H.memory_hungry, grid, memory_budget=64 * 2**20, out=tmp_path / "split")
+    assert split.attrs["chunk_size"] < 24 and split.attrs["n_chunks"] > 1
+    np.testing.assert_array_equal(split["grad"].values, whole["grad"].values)
+    assert json.loads((tmp_path / "split" / "config.json").read_text())["chunk_points"] == split.attrs["chunk_size"]
+    # resuming reads the chunk size from disk, whatever the budget now
+    again = icl.sweep(H.memory_hungry, grid, out=tmp_path / "split")
+    np.testing.assert_array_equal(again["grad"].values, whole["grad"].values)
+    with pytest.raises(SweepConfigError, match="one point per device needs"):
+        icl.sweep(H.memory_hungry, grid, memory_budget=1000)

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
 from .._io import atomic_output
+from ..profiling import StageTimer
 from .descent import check_finite_curve
 
 _MAGIC = "jaxicl-checkpoint-v1"
@@ -64,9 +66,12 @@ class Curriculum(eqx.Module):
 
 @dataclasses.dataclass
 class TrainResult:
-    """``losses`` (n_steps, …): the training loss of every step (a vector per step when the loss function
+    """``losses`` (steps done, …): the training loss of every step (a vector per step when the loss function
     returns one loss per ensemble member); ``evals``: name -> array over ``eval_steps``;
-    ``steps_per_second``: after compilation, over the chunks run by this call."""
+    ``steps_per_second``: over the chunks run by this call, their compilation excluded (a resumed run that ran
+    no chunk reports the rate its checkpoint stored; nan if none is known).
+    ``step`` < ``n_steps`` when a ``deadline`` stopped the run (``complete`` is False): the checkpoint holds
+    it, and the same call again resumes."""
 
     model: PyTree
     opt_state: PyTree
@@ -75,6 +80,16 @@ class TrainResult:
     evals: dict
     steps_per_second: float
     resumed_from: int
+    step: int = 0
+    n_steps: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.step >= self.n_steps
+
+    def status(self) -> str:
+        """"complete" or "partial, step s of S" (for reports)."""
+        return "complete" if self.complete else f"partial, step {self.step:,} of {self.n_steps:,}"
 
 
 def cast_floating(tree: PyTree, dtype) -> PyTree:
@@ -89,11 +104,13 @@ def _fingerprint(params, opt_state, config) -> dict:
             "leaves": [[list(np.shape(x)), str(np.asarray(x).dtype)] for x in leaves]}
 
 
-def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fingerprint) -> None:
-    """One file, written atomically: a JSON header line, the loss history (``.npy``), then the parameters
-    and optimizer state (Equinox serialisation)."""
+def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fingerprint,
+                    seconds_per_step: float | None = None) -> None:
+    """One file, written atomically: a JSON header line (step, key, evaluations, the configuration's fingerprint and
+    the measured seconds per step), the loss history (``.npy``), then the parameters and optimizer state (Equinox
+    serialisation)."""
     header = {"magic": _MAGIC, "step": int(step), "key": np.asarray(key).tolist(),
-              "evals": evals, "fingerprint": fingerprint}
+              "evals": evals, "fingerprint": fingerprint, "seconds_per_step": seconds_per_step}
     with atomic_output(path) as tmp, open(tmp, "wb") as f:
         f.write((json.dumps(header) + "\n").encode())
         np.save(f, np.asarray(losses))
@@ -101,7 +118,8 @@ def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fing
 
 
 def load_checkpoint(path, params, opt_state, fingerprint):
-    """(params, opt_state, step, key, losses, evals); ``ValueError`` if written by another configuration."""
+    """(params, opt_state, step, key, losses, evals); ``ValueError`` if written by another configuration.
+    :func:`checkpoint_header` reads the rest of the header (e.g. ``seconds_per_step``)."""
     with open(path, "rb") as f:
         try:
             header = json.loads(f.readline())
@@ -126,17 +144,29 @@ def load_checkpoint(path, params, opt_state, fingerprint):
     return params, opt_state, header["step"], key, losses, header["evals"]
 
 
+def checkpoint_header(path) -> dict:
+    """The JSON header of a training checkpoint (step, key, evals, fingerprint, seconds_per_step)."""
+    with open(path, "rb") as f:
+        return json.loads(f.readline())
+
+
+# XLA options for training programs: the ``jaxicl`` command turns GPU GEMM autotuning off for its many small programs
+# (it took most of their compilation), but a transformer's training step is 3× slower without it.
+TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": 4}
+
+
 def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None):
     """The compiled body of :func:`train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
     losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
-    step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves."""
+    step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves.
+    Compiled with :data:`TRAINING_COMPILER_OPTIONS`."""
 
     def loss_of(p, k, s):
         m = eqx.combine(p, static)
         loss = loss_fn(m if compute_dtype is None else cast_floating(m, compute_dtype), k, s)
         return jnp.sum(loss.astype(jnp.float32)), loss.astype(jnp.float32)
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=TRAINING_COMPILER_OPTIONS)
     def run(p, state, k, steps):
         def one(carry, s):
             p, state = carry
@@ -184,6 +214,8 @@ def train(
     compute_dtype=None,
     config: dict | None = None,
     progress: bool = True,
+    deadline: float | None = None,
+    label: str | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``n_steps`` steps on ``loss_fn(model, key, step)`` (a fresh batch per step).
 
@@ -200,9 +232,19 @@ def train(
         compute_dtype: e.g. ``jnp.bfloat16``: the forward and backward passes run in this dtype, the
             master weights and optimizer state stay in their own (float32) dtype.
         config: JSON-able description of the run, stored in and checked against the checkpoint.
+        deadline: a ``time.time()`` at which to stop: the chunk in progress finishes (every call trains at least
+            one chunk, so slices always progress), a checkpoint is written and the result has ``complete`` False;
+            calling again with the same arguments resumes (training in slices of wall-clock time follows the
+            uninterrupted trajectory exactly).
+        label: name of the run in progress messages.
+
+    With ``progress``, the seconds per step and the estimated time to finish are printed before training when the
+    checkpoint has them (a resumed slice), else after the first chunk (its compilation excluded). ``train`` runs on the host between compiled chunks (progress,
+    checkpoints), so it cannot be differentiated: use :func:`jaxicl.optax_train` inside ``jax.grad``.
 
     A non-finite loss raises ``FloatingPointError`` naming the step; the last checkpoint is left intact.
     """
+    _refuse_tracers(model, "train")
     n_steps, chunk_size = int(n_steps), int(chunk_size)
     if n_steps < 0 or chunk_size < 1:
         raise ValueError(f"need n_steps >= 0 and chunk_size >= 1, got {n_steps}, {chunk_size}.")
@@ -215,9 +257,10 @@ def train(
     params, static = eqx.partition(model, eqx.is_inexact_array)
     opt_state = optimizer.init(params)
     fingerprint = _fingerprint(params, opt_state, config)
-    step, losses, evals = 0, [], {}
+    step, losses, evals, stored_seconds = 0, [], {}, None
     if checkpoint is not None and Path(checkpoint).exists():
         params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint)
+        stored_seconds = checkpoint_header(checkpoint).get("seconds_per_step")
         if step > n_steps:
             raise ValueError(f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}.")
         losses = list(old)
@@ -229,36 +272,61 @@ def train(
         if eval_fn is not None and str(s) not in evals and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps):
             evals[str(s)] = {k: np.asarray(v).tolist() for k, v in eval_fn(eqx.combine(params, static)).items()}
 
+    def seconds_per_step():  # this call's measurement, else the one stored by the run it resumes
+        return timed_seconds / timed_steps if timed_steps else stored_seconds
+
     def save(s):
         if checkpoint is not None:
-            save_checkpoint(checkpoint, params, opt_state, s, key, np.asarray(losses), evals, fingerprint)
+            save_checkpoint(checkpoint, params, opt_state, s, key, np.asarray(losses), evals, fingerprint,
+                            seconds_per_step())
 
     from tqdm.auto import tqdm
 
+    if progress and stored_seconds and step < n_steps:  # a resumed slice knows its step time before it starts
+        print(f"[train] {label or 'run'}: {1e3 * stored_seconds:.3g} ms/step (measured by the previous slice); "
+              f"{n_steps - step:,} steps to go ≈ {(n_steps - step) * stored_seconds / 60:.3g} min", flush=True)
     bar = tqdm(total=n_steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
     evaluate(step)
     timed_steps, timed_seconds, first = 0, 0.0, True
-    while step < n_steps:
+    while step < n_steps and (deadline is None or first or time.time() < deadline):  # ≥ 1 chunk per call
         n = min(chunk_size, n_steps - step)
-        t0 = time.perf_counter()
+        lap = StageTimer()
         (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, jnp.arange(step, step + n))
         chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
-        seconds = time.perf_counter() - t0
+        chunk = lap.lap("chunk")
+        seconds = chunk.wall
+        if first and progress:
+            per_step = chunk.run / n
+            left = n_steps - step - n
+            print(f"[train] {label or 'run'}: {1e3 * per_step:.3g} ms/step (first chunk, compilation of "
+                  f"{chunk.compile:.1f} s excluded); {left:,} steps to go ≈ {left * per_step / 60:.3g} min",
+                  flush=True)
         check_finite_curve(chunk_losses, "training loss", first_step=step)
         params, opt_state = new_params, new_state
         losses.extend(chunk_losses)
         step += n
-        if not first:
-            timed_steps, timed_seconds = timed_steps + n, timed_seconds + seconds
+        timed_steps, timed_seconds = timed_steps + n, timed_seconds + chunk.run  # compilation excluded
         first = False
         bar.update(n)
         bar.set_postfix(loss=f"{float(np.mean(chunk_losses)):.4g}", steps_per_s=f"{n / seconds:.1f}")
         evaluate(step)
-        if step % checkpoint_every == 0 or step == n_steps:
+        if step % checkpoint_every == 0 or step == n_steps or (deadline is not None and time.time() >= deadline):
             save(step)
     bar.close()
     eval_steps = np.array(sorted(int(s) for s in evals))
     names = sorted({k for v in evals.values() for k in v})
     eval_arrays = {k: np.array([evals[str(s)][k] for s in eval_steps]) for k in names}
+    if step < n_steps and progress:
+        print(f"[train] {label or 'run'}: deadline reached at step {step:,} of {n_steps:,}; checkpointed, run again "
+              "to resume", flush=True)
+    sps = seconds_per_step()
     return TrainResult(eqx.combine(params, static), opt_state, np.asarray(losses), eval_steps, eval_arrays,
-                       timed_steps / timed_seconds if timed_seconds else float("nan"), resumed_from)
+                       1 / sps if sps else float("nan"), resumed_from, step, n_steps)
+
+
+def _refuse_tracers(tree, where: str) -> None:
+    """A clear error instead of a failed host conversion when ``where`` is called inside jax.grad / jit / vmap."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree)):
+        raise TypeError(f"{where}() runs on the host in chunks (progress, evaluation, checkpoints) and cannot be "
+                        "traced: its model arrived as a tracer (inside jax.grad, jit or vmap). Differentiate through "
+                        "jaxicl.optax_train or jaxicl.gradient_descent instead.")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from pathlib import Path
 
 from .._io import atomic_write_text
+from ..profiling import Stage, StageTimer, total
+from .budget import TimeBudget
 from .report import Check, PaperResult, render_markdown
 
 # name -> (module, one-line description); later issues add their papers here.
@@ -23,23 +26,52 @@ def available() -> list[str]:
     return list(REPRODUCTIONS)
 
 
-def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False) -> list[PaperResult]:
-    """Run reproductions and write ``out/report.md`` with checks tables, figures and data."""
+def _trains(module) -> bool:
+    """Whether a reproduction trains transformers (its ``run`` takes a ``budget``)."""
+    return "budget" in inspect.signature(module.run).parameters
+
+
+def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
+              budget_minutes: float | None = None, transformers: bool = True) -> list[PaperResult]:
+    """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
+
+    ``budget_minutes``: wall clock for the whole call; the papers that train transformers share what is left of
+    it when each starts (equal shares), and train each model for its share, checkpointed: the same call again
+    resumes. Figures from unfinished models are drawn and marked "partial" (``PaperResult.partial``).
+    ``transformers=False`` leaves out every figure that trains softmax transformers (and papers made only of them)."""
     names = list(names) if names else available()
     unknown = [n for n in names if n not in REPRODUCTIONS]
     if unknown:
         raise ValueError(f"unknown reproduction(s) {unknown}; available: {available()} (see `jaxicl list`).")
     if size not in ("quick", "full"):
         raise ValueError(f"size must be 'quick' or 'full', got {size!r}.")
+    if budget_minutes is not None and not budget_minutes > 0:
+        raise ValueError(f"budget_minutes must be positive, got {budget_minutes}.")
     out = Path(out)
+    modules = {name: importlib.import_module(REPRODUCTIONS[name][0]) for name in names}
+    if not transformers:
+        modules = {n: m for n, m in modules.items() if not getattr(m, "TRANSFORMERS_ONLY", False)}
+    end = None if budget_minutes is None else time.time() + 60 * budget_minutes
     results = []
-    for name in names:
-        module = importlib.import_module(REPRODUCTIONS[name][0])
-        t0 = time.perf_counter()
+    for i, (name, module) in enumerate(modules.items()):
         print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
-        res = module.run(size=size, out=out, progress=progress)
+        whole = StageTimer()
+        kwargs = {} if transformers or not _trains(module) else {"transformers": False}
+        if end is not None and transformers and _trains(module):
+            training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
+            kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
+        res = module.run(size=size, out=out, progress=progress, **kwargs)
+        done = whole.lap(name)
+        if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
+            rest = total(res.stages)
+            res.stages.append(Stage("figures, data files, set-up", max(done.wall - rest.wall, 0.0),
+                                    max(done.compile - rest.compile, 0.0), done.programs - rest.programs,
+                                    done.cache_hits - rest.cache_hits))
         print(f"[jaxicl] {name}: {sum(c.passed is True for c in res.checks)}/{sum(c.passed is not None for c in res.checks)} "
-              f"checks passed in {time.perf_counter() - t0:.1f} s", flush=True)
+              f"checks passed in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA programs, "
+              f"{done.cache_hits} from the persistent cache)", flush=True)
+        for fig, status in res.partial.items():
+            print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)
         results.append(res)
         atomic_write_text(out / "report.md", render_markdown(results))  # keep finished papers if interrupted
     return results

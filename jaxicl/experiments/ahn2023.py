@@ -22,6 +22,7 @@ import xarray as xr
 
 from .. import dynamics, losses, tasks
 from ..models import GramBatch, LinearTransformer
+from ..sweep import sweep
 from ..theory import ahn
 from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
@@ -211,8 +212,8 @@ def check_lemma2(cfg: Config, key) -> list[Check]:
     prompts = task.sample(jax.random.fold_in(key, 1), 256)
     A = 0.3 * jax.random.normal(jax.random.fold_in(key, 2), (L, d, d), jnp.float64)
     model = LinearTransformer.preconditioner(A)
-    layer = jax.vmap(lambda p: model.layer_predictions(p, attention="direct"))(prompts)
-    gd = jax.vmap(lambda p: ahn.preconditioned_gd_iterates(p, model.params.matrices()) @ p.x_query)(prompts)
+    layer = jax.jit(jax.vmap(lambda p: model.layer_predictions(p, attention="direct")))(prompts)
+    gd = jax.jit(jax.vmap(lambda p: ahn.preconditioned_gd_iterates(p, model.params.matrices()) @ p.x_query))(prompts)
     err = float(jnp.max(jnp.abs(layer - gd)))
     return [Check("Lemma 2: layer-i prediction = ⟨x_q, w_i^gd⟩ of (11), 4 layers, 256 prompts", "0",
                   f"{err:.1e}", "abs 1e-10", err <= 1e-10)]
@@ -257,7 +258,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
 
     with jax.enable_x64(False):  # training in float32, whatever the caller's setting
         _training_sections(cfg, key, out, checks, figures, data, notes, lap, thm3)
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
+    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages)
 
 
 def _training_sections(cfg: Config, key, out: Path, checks, figures, data, notes, lap, thm3):
@@ -289,7 +290,7 @@ def _training_sections(cfg: Config, key, out: Path, checks, figures, data, notes
     lap("Fig. 3-4")
     dB = np.asarray(blk["dist_B"][:, -1, :-1])  # B_{L-1} does not enter the loss
     blue5 = np.asarray(blk["blue"][:, -1])
-    R = jax.vmap(ahn.sqrtm_psd)(blk["Sigma"])
+    R = jax.jit(jax.vmap(ahn.sqrtm_psd))(blk["Sigma"])
     A5 = blk["final"].params.matrices()
     normA = np.asarray(jnp.linalg.norm(A5, axis=(-2, -1)))
     increasing = bool(np.all(np.diff(normA, axis=1) > 0))
@@ -394,20 +395,33 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
 
 
 def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
-    """Depth L = 1…4 at n = cfg.n, and context n = 2…20 at L = cfg.n_layers, × seeds: all points in
-    one compiled program (layers padded to the largest depth, examples to the longest context)."""
-    keys = jax.random.split(key, cfg.sweep_seeds)
+    """Depth L = 1…4 at n = cfg.n, and context n = 2…20 at L = cfg.n_layers, × seeds: one ``jaxicl.sweep``
+    over the (n, L) cases, each vmapping its seeds (layers padded to the largest depth, examples to the
+    longest context), so one compiled program, chunked to fit the device's memory (the paper-size grid asks
+    for about 60 GiB as one program).
+
+    The seeds stay an inner ``vmap`` rather than a sweep axis: XLA:CPU (jax 0.10.2) deadlocked, all threads
+    idle, on this program with (case, seed) flattened into one batch axis, with or without the sweep's own
+    key folding; nested, as here, it runs (same numbers as one ``jit(vmap(vmap(...)))``)."""
+    keys = jax.random.split(key, cfg.sweep_seeds)  # seed s uses the same Σ and data at every (n, L)
     n_max, max_depth = max(cfg.n, *cfg.contexts), max(cfg.n_layers, *cfg.depths)
     ns = np.array([cfg.n] * len(cfg.depths) + list(cfg.contexts))
     depths = np.array(list(cfg.depths) + [cfg.n_layers] * len(cfg.contexts))
-    point = jax.vmap(lambda n, L, k: _sweep_point(k, cfg, n, L, n_max, max_depth), (None, None, 0))
-    grid = jax.jit(jax.vmap(point, (0, 0, None)))
-    out = [np.asarray(a) for a in grid(jnp.asarray(ns), jnp.asarray(depths), keys)]
     names = ("transformer", "transformer_se", "gd", "preconditioned_gd", "ols")
+
+    def run(case):
+        n_ctx, depth = jnp.asarray(ns)[case], jnp.asarray(depths)[case]
+        out = jax.vmap(lambda k: _sweep_point(k, cfg, n_ctx, depth, n_max, max_depth))(keys)
+        return dict(zip(names, out))
+
+    ds = sweep(run, {"case": np.arange(len(ns))}, output_dims={k: ("seed",) for k in names},
+               output_coords={"seed": np.arange(cfg.sweep_seeds)},
+               meta={"paper": NAME, "figure": "depth and context", "config": dataclasses.asdict(cfg)})
     nd = len(cfg.depths)
 
     def dataset(sl, dim, values, attrs):
-        return xr.Dataset({k: ((dim, "seed"), v[sl]) for k, v in zip(names, out)}, coords={dim: np.asarray(values)}, attrs=attrs)
+        return xr.Dataset({k: ((dim, "seed"), ds[k].values[sl]) for k in names}, coords={dim: np.asarray(values)},
+                          attrs=attrs)
 
     return (dataset(slice(0, nd), "depth", cfg.depths, {"n": cfg.n}),
             dataset(slice(nd, None), "n", cfg.contexts, {"layers": cfg.n_layers}))
@@ -473,7 +487,7 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     paths.append(save_paper_figure(fig, out, NAME, "fig1_thm4.png"))
 
     # Fig. 2: heat maps of Σ^½ A_i Σ^½ (seed 0) and Fig. 4: B_i, A_i of (13)
-    Rs = jax.vmap(ahn.sqrtm_psd)(lm["Sigma"])
+    Rs = jax.jit(jax.vmap(ahn.sqrtm_psd))(lm["Sigma"])
     A = lm["final"].params.matrices()
     fig, axes = plt.subplots(2, L, figsize=(3.2 * L, 6), layout="constrained")
     for i in range(L):

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .._io import atomic_output
+from ..profiling import Stage, StageTimer, total
 
 
 @dataclasses.dataclass
@@ -38,6 +39,12 @@ class PaperResult:
     data: list[str]
     seconds: float = 0.0
     notes: list[str] = dataclasses.field(default_factory=list)
+    stages: list[Stage] = dataclasses.field(default_factory=list)  # where the time went (compile vs run)
+    partial: dict[str, str] = dataclasses.field(default_factory=dict)  # figure -> "partial, step s of S"
+
+    @property
+    def complete(self) -> bool:
+        return not self.partial
 
     @property
     def ok(self) -> bool:
@@ -71,18 +78,10 @@ def save_paper_figure(fig, out, paper: str, name: str) -> str:
     return f"{paper}/{name}"
 
 
-def lap_timer(progress: bool):
-    """``lap(label)``: print the seconds since the previous call (or creation) when ``progress``."""
-    import time
-
-    tick = [time.perf_counter()]
-
-    def lap(label: str) -> None:
-        if progress:
-            print(f"  {label}: {time.perf_counter() - tick[0]:.1f} s", flush=True)
-        tick[0] = time.perf_counter()
-
-    return lap
+def lap_timer(progress: bool) -> StageTimer:
+    """``lap(label)`` closes a stage begun at the previous call (or creation): its wall time split into compile
+    and run time, and the XLA programs compiled (``lap.stages``; printed when ``progress``)."""
+    return StageTimer(progress)
 
 
 def render_markdown(results: list[PaperResult]) -> str:
@@ -101,6 +100,20 @@ def render_markdown(results: list[PaperResult]) -> str:
             lines += [note, ""]
         for fig in r.figures:
             lines += [f"![{Path(fig).stem}]({fig})", ""]
+            if fig in r.partial:
+                lines += [f"*Drawn from a partial run ({r.partial[fig]}): run the same command again to resume "
+                          "training; its checks are reported, not asserted, until it completes.*", ""]
+        if r.stages:
+            lines += timing_table(r.stages)
         if r.data:
             lines += ["Data (netCDF): " + ", ".join(f"[{Path(d).name}]({d})" for d in r.data), ""]
     return "\n".join(lines)
+
+
+def timing_table(stages: list[Stage]) -> list[str]:
+    """Markdown rows: per stage, wall time, compile time (tracing, lowering, XLA), run time and programs."""
+    lines = ["Where the time went (compile: tracing, lowering and XLA compilation; run: the rest):", "",
+             "| stage | wall (s) | compile (s) | run (s) | XLA programs | from cache |", "|---|---|---|---|---|---|"]
+    for s in [*stages, total(stages)]:
+        lines.append(f"| {s.label} | {s.wall:.1f} | {s.compile:.1f} | {s.run:.1f} | {s.programs} | {s.cache_hits} |")
+    return lines + [""]

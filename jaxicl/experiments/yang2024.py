@@ -26,11 +26,12 @@ import optax
 import xarray as xr
 
 from .. import dynamics, losses, models, tasks
-from ..dynamics import step_seconds, train
+from ..dynamics import train
 from ..losses.template import template_loss
 from ..models import MultiHeadSoftmaxICL
 from ..sweep import sweep
 from ..theory import yang as Y
+from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "yang2024"
@@ -60,6 +61,7 @@ class TransformerConfig:
     chunk: int = 250
     test_prompts: int = 200  # the paper's test sets
     smooth: int = 100  # steps averaged for a "final" training loss (one fresh batch per step)
+    compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +107,12 @@ class Config:
 
 
 SIZES = {
-    "quick": Config(steps=300, fig4_steps=100, fig4_converged=5e-2, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=3000),
+    "quick": Config(steps=300, fig4_steps=100, fig4_converged=5e-2, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=3000,
+                    transformer=TransformerConfig(steps=1000)),
     "full": Config(steps=2000, fig4_steps=600, eps=0.02, fig3_seeds=16, fig3_mc=20_000,
                    transformer=TransformerConfig(d=100, K=200, N=30, m=20, d_model=256, d_ff=512, heads=8,
                                                  fig5_heads=(1, 2, 4, 8, 16, 32, 64), steps=20_000, batch=256, lr=1e-4,
-                                                 chunk=500, smooth=500)),
+                                                 chunk=500, smooth=500, compute_dtype="bfloat16")),
 }
 
 
@@ -136,10 +139,10 @@ def check_prop1(cfg: Config, key) -> list[Check]:
     task = small_task(cfg, key)
     scale = float(jnp.linalg.norm(Y.z_bar(task), 2)) ** 2
     keys = jax.random.split(jax.random.fold_in(key, 1), cfg.th_seeds)
-    zeta_of = lambda h: jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, h, cfg.th_d, cfg.th_K, cfg.beta), task))(keys)  # noqa: E731
+    zeta_of = lambda h: jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, h, cfg.th_d, cfg.th_K, cfg.beta), task)))(keys)  # noqa: E731
     z = {h: np.asarray(zeta_of(h)) / scale for h in (cfg.th_N - 1, cfg.th_N, 2 * cfg.th_N)}
     big = paper_task(cfg, jax.random.fold_in(key, 2))
-    z_paper = np.asarray(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, cfg.heads, cfg.d, cfg.K, cfg.beta), big))(keys[:4]))
+    z_paper = np.asarray(jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, cfg.heads, cfg.d, cfg.K, cfg.beta), big)))(keys[:4]))
     checks = [
         Check(f"Prop. 1: B_k^(0) has full row rank for every k when H ≥ N ({cfg.th_seeds} inits, N = {cfg.th_N})",
               "ζ0 > 0", f"min ζ0/‖Z̄‖² = {fmt(min(z[cfg.th_N].min(), z[2 * cfg.th_N].min()), 3)} (H = N, 2N)", "> 1e-9",
@@ -342,7 +345,7 @@ def fig4_sweep(cfg: Config, task64, key, out=None, progress: bool = False) -> xr
     # curvature of the w-Hessian at each run's init (the sweep hands run_fn fold_in(key, seed)); computed outside
     # the sweep so that no LAPACK call runs inside the (possibly multi-device) program
     k0 = jax.random.fold_in(key, 0)
-    curvature = jax.vmap(lambda h: Y.w_curvature(_cast(init(h, k0), jnp.float64), task64))(jnp.asarray(cfg.fig4_heads))
+    curvature = jax.jit(jax.vmap(lambda h: Y.w_curvature(_cast(init(h, k0), jnp.float64), task64)))(jnp.asarray(cfg.fig4_heads))
     return ds.isel(seed=0).assign(w_curvature=("heads", np.asarray(curvature)))
 
 
@@ -378,10 +381,11 @@ def transformer_task(tc: TransformerConfig, key) -> tasks.TemplateRegression:
     return tasks.TemplateRegression.random(key, d=tc.d, K=tc.K, n_context=tc.N, m=tc.m, tau=tc.tau)
 
 
-def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset:
+def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: bool = False,
+                       budget: TimeBudget | None = None) -> xr.Dataset:
     """One run per H in ``tc.fig5_heads`` (and ``tc.heads``): the training loss ½·mean_k(ŷ_k − y_k)² of every step,
     the inference losses (1/2K)‖ŷ − ŷ⋆‖² on the in-domain and out-of-domain test sets every chunk, and the
-    seconds per step (median of compiled chunks, measured separately so that a resumed run has it too)."""
+    seconds per step of its training (compilation excluded; stored in the checkpoint, so a resumed run has it too)."""
     heads = sorted(set(tc.fig5_heads) | {tc.heads})
     with jax.enable_x64(True):
         task64 = transformer_task(tc, jax.random.fold_in(key, 0))
@@ -399,25 +403,35 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
     def loss(m, k, s):
         return 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))
 
-    curves, evals, seconds = [], [], []
+    curves, evals, seconds, runs = [], [], [], []
+    plan(budget, len(heads))
     for i, H in enumerate(heads):
         model = models.StandardTransformer(jax.random.fold_in(key, 10 + i), tc.d + 1, 1, n_layers=tc.n_layers,
                                            d_model=tc.d_model, n_heads=H, d_ff=tc.d_ff, max_len=tc.K)
         if progress:
             print(f"  training the {tc.n_layers}-layer transformer, H = {H}", flush=True)
-        seconds.append(step_seconds(loss, model, optimizer=optax.adam(tc.lr)))
         res = train(loss, model, tc.steps, jax.random.fold_in(key, 100 + i), optimizer=optax.adam(tc.lr),
                     chunk_size=tc.chunk, checkpoint=ckpt_dir / f"transformer_H{H}.ckpt", eval_fn=lambda m: inference_losses(m, tests),
-                    eval_every=tc.chunk, progress=progress,
+                    eval_every=tc.chunk, progress=progress, label=f"H={H}", deadline=next_deadline(budget),
+                    compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
                     config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}})
-        curves.append(res.losses)
-        evals.append(np.stack([res.evals[f"inference_{k}"] for k in tests], -1))
+        runs.append(res)
+        seconds.append(1 / res.steps_per_second)
+    # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
+    eval_steps = np.array(sorted(set(range(0, tc.steps + 1, tc.chunk)) | {tc.steps}))
+    curves = np.full((len(heads), tc.steps), np.nan)
+    evals = np.full((len(heads), len(eval_steps), len(tests)), np.nan)
+    for i, res in enumerate(runs):
+        curves[i, : len(res.losses)] = res.losses
+        at = np.searchsorted(eval_steps, res.eval_steps)
+        evals[i, at] = np.stack([res.evals[f"inference_{k}"] for k in tests], -1)
     return xr.Dataset(
-        {"loss": (("heads", "step"), np.asarray(curves)),
-         "inference": (("heads", "eval_step", "test_set"), np.asarray(evals)),
+        {"loss": (("heads", "step"), curves),
+         "inference": (("heads", "eval_step", "test_set"), evals),
          "step_seconds": ("heads", np.asarray(seconds))},
-        coords={"heads": heads, "step": np.arange(1, tc.steps + 1), "eval_step": res.eval_steps, "test_set": list(tests)},
-        attrs={"L_star": L_star, "n_layers": tc.n_layers, "d_model": tc.d_model, "d_ff": tc.d_ff})
+        coords={"heads": heads, "step": np.arange(1, tc.steps + 1), "eval_step": eval_steps, "test_set": list(tests)},
+        attrs={"L_star": L_star, "n_layers": tc.n_layers, "d_model": tc.d_model, "d_ff": tc.d_ff,
+               "status": partial_status(runs) or "complete", "steps_trained": [int(r.step) for r in runs]})
 
 
 def at_budget(ds: xr.Dataset, tc: TransformerConfig):
@@ -425,9 +439,10 @@ def at_budget(ds: xr.Dataset, tc: TransformerConfig):
     steps it completes in that time, its training loss there (mean of the last ``tc.smooth`` steps) and its
     inference losses at the last evaluation before it."""
     sec = ds.step_seconds.values
-    budget = tc.steps * float(sec.min())
-    n = np.minimum(tc.steps, np.floor(budget / sec).astype(int))
-    loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0):k].mean() for i, k in enumerate(n)])
+    trained = np.asarray(ds.attrs.get("steps_trained", [tc.steps] * len(sec)))
+    budget = tc.steps * float(np.nanmin(sec))
+    n = np.minimum(trained, np.floor(np.nan_to_num(budget / sec, nan=0.0)).astype(int))
+    loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0):k].mean() if k else np.nan for i, k in enumerate(n)])
     ev = np.array([np.searchsorted(ds.eval_step.values, k, side="right") - 1 for k in n])
     inf = ds.inference.values[np.arange(len(n)), ev]
     return budget, n, loss, inf
@@ -502,6 +517,8 @@ def _transformer_figure(out, ds: xr.Dataset, tc: TransformerConfig) -> str:
     ax[2].set(xlabel="wall-clock seconds (measured step time × steps)", ylabel="training loss",
               title="Fig. 5(b): training curves within the budget")
     ax[2].legend(fontsize=8)
+    if ds.attrs.get("status", "complete") != "complete":
+        fig.suptitle(f"[{ds.attrs['status']}]")
     return save_paper_figure(fig, out, NAME, "fig2b_fig5_transformer.png")
 
 
@@ -568,12 +585,15 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     return figs
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False) -> PaperResult:
-    cfg = SIZES[size]
+def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
+        budget: TimeBudget | None = None, transformers: bool = True) -> PaperResult:
+    """Every check and figure at ``size``; ``transformers=False`` leaves out Figs. 2(b) and 5 (transformer
+    training)."""
+    cfg = SIZES[size] if transformers else dataclasses.replace(SIZES[size], transformer=None)
     out = Path(out)
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(cfg.seed)
-    checks, data, notes = [], [], []
+    checks, data, notes, partial = [], [], [], {}
     lap = lap_timer(progress)
 
     def save(ds, name):
@@ -602,8 +622,9 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         lap("Fig. 4 sweep")
     tc = cfg.transformer
     if tc is not None:
-        dst = train_transformers(tc, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size, progress)
-        checks += _transformer_checks(dst, tc)
+        dst = train_transformers(tc, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size, progress, budget)
+        status = None if dst.attrs["status"] == "complete" else dst.attrs["status"]
+        checks += mark_partial(_transformer_checks(dst, tc), status)
         save(dst, "fig2b_fig5_transformer.nc")
         lap("Figs. 2(b), 5 (transformers)")
         notes.append(
@@ -624,4 +645,6 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
     figures = _figures(out, cfg, ds2, ds3, ds4, dsth)
     if tc is not None:
         figures.append(_transformer_figure(out, dst, tc))
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
+        if status is not None:
+            partial[figures[-1]] = status
+    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial)

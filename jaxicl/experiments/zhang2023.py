@@ -27,6 +27,7 @@ import xarray as xr
 from .. import baselines, dynamics, losses, models, tasks
 from ..dynamics import Curriculum, train
 from ..theory import zhang
+from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "zhang2023"
@@ -50,6 +51,7 @@ class GPT2Config:
     cs: tuple = (1.0, 4.0, 9.0)
     test_prompts: int = 2048
     chunk: int = 250
+    compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +90,7 @@ SIZES = {
         shift_batch=50_000,
         n_random_inits=32,
         gpt2=GPT2Config(d=20, Ns=(40, 70, 100), d_model=256, n_layers=12, n_heads=8, steps=500_000, batch=64,
-                        lr=1e-4, curriculum=True, test_prompts=4096, chunk=1000),
+                        lr=1e-4, curriculum=True, test_prompts=4096, chunk=1000, compute_dtype="bfloat16"),
     ),
 }
 
@@ -100,27 +102,32 @@ def example_covariance(d: int) -> jnp.ndarray:
     return (q * ev) @ q.T
 
 
-@functools.partial(jax.jit, static_argnames=("M", "batch", "fixed_w"))
-def predictions(key, model, Lam, Lam_query, w, v, quad, noise, *, M, batch, fixed_w):
+def predictions(key, model, Lam, Lam_query, w, v, quad, noise, *, M, batch, fixed_w, M_max=None):
     """(ŷ, y_query) on ``batch`` test prompts of length M: x_i ~ N(0, Λ), x_q ~ N(0, Λ_q) and
-    y = ⟨w, x⟩ + quad·⟨v, x⟩² + noise·ε, with w fixed (``fixed_w``) or drawn N(0, I) per prompt."""
+    y = ⟨w, x⟩ + quad·⟨v, x⟩² + noise·ε, with w fixed (``fixed_w``) or drawn N(0, I) per prompt. With ``M_max`` the
+    prompts are padded to it (the examples beyond M are zeros): every M ≤ M_max and both ``fixed_w`` share one
+    compiled program."""
+    return _predictions(key, model, Lam, Lam_query, w, v, quad, noise, fixed_w, M, M_max=int(M_max or M), batch=batch)
+
+
+@functools.partial(jax.jit, static_argnames=("M_max", "batch"))
+def _predictions(key, model, Lam, Lam_query, w, v, quad, noise, fixed_w, M, *, M_max, batch):
     d = Lam.shape[0]
     c, cq = jnp.linalg.cholesky(Lam), jnp.linalg.cholesky(Lam_query)
+    keep = (jnp.arange(M_max) < M).astype(Lam.dtype)
 
     def one(k):
         kx, kq, kw, ke = jax.random.split(k, 4)
-        xs = jax.random.normal(kx, (M, d), Lam.dtype) @ c.T
+        xs = jax.random.normal(kx, (M_max, d), Lam.dtype) @ c.T
         xs = jnp.concatenate([xs, (cq @ jax.random.normal(kq, (d,), Lam.dtype))[None]])
-        ww = w if fixed_w else jax.random.normal(kw, (d,), Lam.dtype)
-        ys = xs @ ww + quad * (xs @ v) ** 2 + noise * jax.random.normal(ke, (M + 1,), Lam.dtype)
-        prompt = tasks.Prompt(x=xs[:-1], y=ys[:-1], x_query=xs[-1], y_query=ys[-1])
-        return model.predict(prompt), ys[-1]
+        ww = jnp.where(fixed_w, w, jax.random.normal(kw, (d,), Lam.dtype))
+        ys = xs @ ww + quad * (xs @ v) ** 2 + noise * jax.random.normal(ke, (M_max + 1,), Lam.dtype)
+        prompt = tasks.Prompt(x=xs[:-1] * keep[:, None], y=ys[:-1] * keep, x_query=xs[-1], y_query=ys[-1])
+        return model.predict(prompt, n_context=M), ys[-1]
 
     keys = jax.random.split(key, batch)
-    if batch <= 16384:
-        return jax.vmap(one)(keys)
-    # batches of 16384 prompts bound memory at the paper's sizes (M up to 1000)
-    return jax.lax.map(one, keys, batch_size=16384)
+    # at most 16384 prompts at a time bound memory at the papers' sizes (M up to 2000)
+    return jax.lax.map(one, keys, batch_size=min(batch, 16384))
 
 
 def squared_errors(*args, **kwargs):
@@ -171,29 +178,37 @@ def _fig1_model(g: GPT2Config, key, M_max: int):
                                       max_len=2 * (M_max + 1))
 
 
-def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False) -> xr.Dataset:
+def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
     """Train one transformer per (training covariance, N) and evaluate each on the test distributions at
     M = 0…2·max(N): normalised squared error (ŷ − y_query)²/d of the query after M examples, with its s.e.
     (over ``g.test_prompts`` prompts, each with its own Λ), and least squares and the zero estimator on the same
-    prompts."""
+    prompts. Under a ``budget`` each model trains for its share and the dataset's ``status`` attribute says
+    whether all finished ("complete") or not ("partial, step s of S")."""
     M_max = 2 * max(g.Ns)
     tests = fig1_test_priors(g)
     base = tasks.RepresentationRegression(g.d, M_max + 1)
-    samples = {name: jax.vmap(base.with_covariance(prior).sample_xy)(
+    samples = {name: jax.jit(jax.vmap(base.with_covariance(prior).sample_xy))(
         jax.random.split(jax.random.fold_in(key, 100 + i), g.test_prompts)) for i, (name, prior) in enumerate(tests.items())}
     shape = (len(FIG1_TRAIN), len(g.Ns), len(tests), M_max + 1)
     err, err_se = np.full(shape, np.nan), np.full(shape, np.nan)
     ols, zero = np.zeros(shape[2:]), np.zeros(shape[2:])
+    @jax.jit
+    def reference_errors(xs, ys, clean):  # OLS at every prefix, 64 prompts at a time (memory at M = 200), and zero
+        e_ols = jax.lax.map(lambda a: jnp.sum((baselines.ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean),
+                            batch_size=64)
+        return jnp.mean(e_ols, 0) / g.d, jnp.mean(jnp.sum(clean**2, -1), 0) / g.d
+
     for ti, (xs, ys, clean, _) in enumerate(samples.values()):
-        e_ols = jnp.sum((jax.jit(jax.vmap(baselines.ols))(xs, ys) - clean) ** 2, -1)
-        ols[ti], zero[ti] = (np.asarray(jnp.mean(e, 0)) / g.d for e in (e_ols, jnp.sum(clean**2, -1)))
+        ols[ti], zero[ti] = (np.asarray(e) for e in reference_errors(xs, ys, clean))
 
     @eqx.filter_jit
     def query_errors(model, prompts):  # (P, M_max + 1): error at each x position = after M = 0, 1, … examples
         one = lambda p: losses.position_errors(model, jax.tree_util.tree_map(lambda a: a[None], p))[0, ::2]  # noqa: E731
         return jax.lax.map(one, prompts, batch_size=256)
 
-    speed = {}
+    encode = jax.jit(jax.vmap(tasks.garg_encoding))
+    speed, runs = {}, []
+    plan(budget, len(FIG1_TRAIN) * len(g.Ns))
     for ci, cov in enumerate(FIG1_TRAIN):
         for ni, N in enumerate(g.Ns):
             task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d) if cov == "random" else None)
@@ -208,17 +223,21 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False) -> xr.Datas
                 print(f"  training {label}", flush=True)
             res = train(loss, _fig1_model(g, jax.random.fold_in(key, 10 * ci + ni), M_max), g.steps,
                         jax.random.fold_in(key, 1000 + 10 * ci + ni), optimizer=optax.adamw(g.lr), chunk_size=g.chunk,
-                        checkpoint=ckpt_dir / f"fig1_{cov}_N{N}.ckpt", progress=progress,
+                        checkpoint=ckpt_dir / f"fig1_{cov}_N{N}.ckpt", progress=progress, label=label,
+                        compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype),
+                        deadline=next_deadline(budget),
                         config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}})
+            runs.append(res)
             speed[f"{cov}_N{N}"] = res.steps_per_second
             for ti, (xs, ys, clean, _) in enumerate(samples.values()):
-                e = np.asarray(query_errors(res.model, jax.vmap(tasks.garg_encoding)(xs, ys, clean))) / g.d
+                e = np.asarray(query_errors(res.model, encode(xs, ys, clean))) / g.d
                 err[ci, ni, ti], err_se[ci, ni, ti] = e.mean(0), e.std(0, ddof=1) / np.sqrt(e.shape[0])
     dims = ("train_covariance", "N", "test", "M")
     return xr.Dataset(
         {"error": (dims, err), "error_se": (dims, err_se), "ols": (dims[2:], ols), "zero": (dims[2:], zero)},
         coords={"train_covariance": list(FIG1_TRAIN), "N": list(g.Ns), "test": list(tests), "M": np.arange(M_max + 1)},
         attrs={"d": g.d, "description": "(ŷ − y_query)²/d after M in-context examples",
+               "status": partial_status(runs) or "complete", "steps_trained": [int(r.step) for r in runs],
                **{f"steps_per_second_{k}": v for k, v in speed.items()}})
 
 
@@ -283,16 +302,20 @@ def _fig1_figure(out, ds: xr.Dataset, lsa: dict) -> str:
         ax.set(yscale="log", ylim=(0.3 * low, None), xlabel="in-context examples M", title=f"test: {t}")
     np.atleast_1d(axes)[0].set_ylabel("(ŷ − y)² / d")
     np.atleast_1d(axes)[-1].legend(fontsize=7)
-    fig.suptitle("Fig. 1: GPT-2 on linear regression, fixed vs random covariance (±2 s.e.; dotted: training N)")
+    status = ds.attrs.get("status", "complete")
+    fig.suptitle("Fig. 1: GPT-2 on linear regression, fixed vs random covariance (±2 s.e.; dotted: training N)"
+                 + ("" if status == "complete" else f" [{status}]"))
     return save_paper_figure(fig, out, NAME, "fig1_gpt2.png")
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False) -> PaperResult:
-    cfg = SIZES[size]
+def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
+        budget: TimeBudget | None = None, transformers: bool = True) -> PaperResult:
+    """Every check and figure at ``size``; ``transformers=False`` leaves out Fig. 1 (its GPT-2 training)."""
+    cfg = SIZES[size] if transformers else dataclasses.replace(SIZES[size], gpt2=None)
     out = Path(out)
     t_start = time.perf_counter()
     with jax.enable_x64(True):
-        checks, figures, data, notes = [], [], [], []
+        checks, figures, data, notes, partial = [], [], [], [], {}
         key = jax.random.PRNGKey(cfg.seed)
         keys = (jax.random.fold_in(key, i) for i in range(10**6))
         lap = lap_timer(progress)
@@ -335,7 +358,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         e_prod = float(jnp.linalg.norm(bf * Kf - Gi) / jnp.linalg.norm(Gi))
         e_kq = float(jnp.linalg.norm(sol.final.W_kq - Wk) / jnp.linalg.norm(Wk))
         e_pv = float(jnp.linalg.norm(sol.final.W_pv - Wp) / jnp.linalg.norm(Wp))
-        bal = jax.vmap(lambda m: m.W_pv[d, d] ** 2 - jnp.sum(m.W_kq[:d, :d] ** 2))(sol.models)
+        bal = jax.jit(jax.vmap(lambda m: m.W_pv[d, d] ** 2 - jnp.sum(m.W_kq[:d, :d] ** 2)))(sol.models)
         drift = float(jnp.abs(bal - bal[0]).max())
         lmin = zhang.min_population_loss(Lam, N)
         gap = sol.losses - lmin
@@ -373,7 +396,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             return jnp.linalg.eigvalsh(jax.hessian(f)(flat))[:2]
 
         final_r = jax.tree_util.tree_map(lambda x: x[:, -1], rsols.models)
-        eig2 = np.asarray(jax.vmap(relevant_hessian_min_eig)(final_r))
+        eig2 = np.asarray(jax.jit(jax.vmap(relevant_hessian_min_eig))(final_r))
         reached = rand_gap < 1e-8
         spurious = ~reached
         summary = f"{int(reached.sum())}/{cfg.n_random_inits} reach min L"
@@ -387,6 +410,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             "open (paper: future work)", summary, "—", None))
 
         lap("random inits")
+        @jax.jit
         def prod_err(models_t):
             K_t, _, _, b_t = jax.vmap(lambda m: m.blocks())(models_t)
             return jnp.linalg.norm(b_t[:, None, None] * K_t - Gi, axis=(1, 2)) / jnp.linalg.norm(Gi)
@@ -437,7 +461,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
                     else:
                         pred[ci, ni, mi] = zhang.prediction_error(*cases[case], Lam, Ntr, M)
                     err = squared_errors(next(keys), model_star, Lam, Lam, w_, v_, q_, s_,
-                                         M=M, batch=cfg.thm42_batch, fixed_w=fixed)
+                                         M=M, batch=cfg.thm42_batch, fixed_w=fixed, M_max=max(cfg.Ms_thm42))
                     sim[ci, ni, mi], sim_se[ci, ni, mi] = mean_and_se(err)
         z = np.abs(sim - pred) / sim_se
         n_pts = z.size
@@ -540,8 +564,9 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             lsa = fig1_lsa_limits(cfg.gpt2)
             with jax.enable_x64(False):
                 datasets["fig1_gpt2"] = fig1(cfg.gpt2, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size,
-                                             progress)
-            checks += fig1_checks(datasets["fig1_gpt2"], lsa, cfg.gpt2)
+                                             progress, budget)
+            status = datasets["fig1_gpt2"].attrs["status"]
+            checks += mark_partial(fig1_checks(datasets["fig1_gpt2"], lsa, cfg.gpt2), None if status == "complete" else status)
             lap("Fig. 1 (GPT-2)")
         # figures and data ---------------------------------------------------------------------------
         out.mkdir(parents=True, exist_ok=True)
@@ -551,6 +576,8 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         figures += _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand)
         if cfg.gpt2 is not None:
             figures.append(_fig1_figure(out, datasets["fig1_gpt2"], lsa))
+            if status != "complete":
+                partial[figures[-1]] = status
             g = cfg.gpt2
             notes.append(f"Fig. 1: {g.n_layers}-layer transformers of width {g.d_model} ({g.n_heads} heads), AdamW lr "
                          f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
@@ -560,7 +587,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {d}), training length N = {N}, "
             f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = {cfg.t1:g}."
         )
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
+    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial)
 
 
 def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):

@@ -118,13 +118,16 @@ class LinearSelfAttention(eqx.Module):
         rho = E.shape[1] - 1
         return E + self.W_pv @ E @ (E.T @ self.W_kq @ E) / rho
 
-    def predict(self, prompt: Prompt) -> Float[Array, ""]:
-        """ŷ_query = [f_LSA(E(P))]_{d+1, n+1}, evaluated in O(n d + d²) as in eq. (3.6)."""
+    def predict(self, prompt: Prompt, n_context=None) -> Float[Array, ""]:
+        """ŷ_query = [f_LSA(E(P))]_{d+1, n+1}, evaluated in O(n d + d²) as in eq. (3.6).
+
+        ``n_context``: the prompt length ρ when the examples beyond it are zero-padded (they add nothing to
+        E Eᵀ); may be traced, so prompts of every length M ≤ the padded length share one compiled program."""
         if prompt.x.ndim != 2 or prompt.x.shape[-1] != self.d:
             raise ValueError(
                 f"LinearSelfAttention with d={self.d} got a prompt of width {prompt.x.shape[-1:]} "
                 f"(x has shape {prompt.x.shape}); the prompt's inputs must have d={self.d}."
             )
         E = embed(prompt)
-        rho = E.shape[1] - 1
+        rho = E.shape[1] - 1 if n_context is None else n_context
         return self.W_pv[-1] @ (E @ (E.T @ (self.W_kq @ E[:, -1]))) / rho

@@ -1,0 +1,63 @@
+"""Wall-clock budgets for reproductions that train transformers (``jaxicl reproduce NAME --full --budget MINUTES``).
+
+A paper-size figure trains for 500k steps, more than any one sitting: each call trains every unfinished model for
+a fair share of what is left of the budget, checkpoints it, and draws the figures from what is there; the next
+call resumes every model where it stopped (the trajectory is the uninterrupted one). A figure drawn from a
+partial run says so ("partial, step s of S") and its checks are reported, not asserted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .report import Check
+
+
+class TimeBudget:
+    """``seconds`` of wall clock from creation, shared by the training runs under it. A reproduction announces its
+    runs (:meth:`plan`) and asks for each one's :meth:`next_deadline`: an equal share of what is left among the runs
+    still to come (itself included), so time a run does not use (it finishes early, or had finished already) goes
+    to the ones after it."""
+
+    def __init__(self, seconds: float):
+        if not seconds > 0:
+            raise ValueError(f"a budget must be positive, got {seconds} s.")
+        self.seconds = float(seconds)
+        self.end = time.time() + self.seconds
+        self.runs_left = 0
+
+    def left(self) -> float:
+        return max(self.end - time.time(), 0.0)
+
+    def plan(self, runs: int) -> None:
+        self.runs_left += int(runs)
+
+    def next_deadline(self) -> float:
+        """``time.time()`` by which the next run should stop."""
+        share = self.left() / max(self.runs_left, 1)
+        self.runs_left = max(self.runs_left - 1, 0)
+        return time.time() + share
+
+
+def plan(budget: TimeBudget | None, runs: int) -> None:
+    if budget is not None:
+        budget.plan(runs)
+
+
+def next_deadline(budget: TimeBudget | None) -> float | None:
+    """The next run's deadline, or None without a budget."""
+    return None if budget is None else budget.next_deadline()
+
+
+def partial_status(results) -> str | None:
+    """None if every training result is complete, else "partial, step s of S" of the least advanced one (an
+    ensemble counts as one run)."""
+    runs = [r for r in results if not r.complete]
+    return None if not runs else min(runs, key=lambda r: r.step / max(r.n_steps, 1)).status()
+
+
+def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
+    """Checks of a figure drawn from partially trained models: reported (not asserted), labelled with ``status``."""
+    if status is None:
+        return checks
+    return [Check(f"{c.claim} [{status}]", c.predicted, c.simulated, c.tolerance, None) for c in checks]

@@ -1,0 +1,82 @@
+"""Compile-time accounting (jaxicl.profiling) and the persistent compilation cache (jaxicl.compilation_cache)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxicl import cli
+from jaxicl.experiments.report import PaperResult, render_markdown
+from jaxicl.profiling import StageTimer
+
+
+def test_a_stage_counts_its_compilations_and_splits_compile_from_run():
+    timer = StageTimer()
+    f = jax.jit(lambda x: jnp.sin(x) @ x.T + 1.2345)
+    x = jnp.ones((64, 64))
+    f(x).block_until_ready()
+    first = timer.lap("compile and run")
+    for _ in range(3):
+        f(x).block_until_ready()
+    second = timer.lap("run only")
+    assert first.programs >= 1 and 0 < first.compile <= first.wall
+    assert second.programs == 0 and second.compile == 0.0 and second.run == second.wall
+    report = render_markdown([PaperResult("p", "t", "quick", [], [], [], stages=timer.stages)])
+    assert "| compile and run |" in report and "| total |" in report
+
+
+# A fresh process per step, so that JAX's in-memory caches do not hide the persistent one.
+_PROGRAM = """
+import json, sys, jax, jax.numpy as jnp
+from jaxicl import compilation_cache
+from jaxicl.profiling import StageTimer
+compilation_cache.enable(sys.argv[1], min_compile_seconds=0.0)
+timer = StageTimer()
+scale = float(sys.argv[2])
+# a "model" whose constant and shape come from the command line: a changed model is a different program
+out = jax.jit(lambda x: jnp.tanh(scale * x) @ x.T)(jnp.arange(int(sys.argv[3]) ** 2, dtype=jnp.float32).reshape(int(sys.argv[3]), -1) / 100)
+stage = timer.lap("x")
+print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "sum": float(out.sum())}))
+"""
+
+
+def _run(cache, scale, n):
+    res = subprocess.run([sys.executable, "-c", _PROGRAM, str(cache), str(scale), str(n)], capture_output=True,
+                         text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_the_persistent_cache_is_reused_and_a_changed_model_recompiles(tmp_path):
+    cache = tmp_path / "xla"
+    cold = _run(cache, 0.5, 8)
+    assert cold["programs"] >= 1 and cold["hits"] == 0 and any(cache.iterdir())
+    warm = _run(cache, 0.5, 8)
+    assert warm["hits"] >= 1 and warm["sum"] == cold["sum"]  # read back, same numbers
+    changed = _run(cache, 0.7, 8)  # another constant: another program, compiled afresh
+    reference = float((jnp.tanh(0.7 * (jnp.arange(64.0) / 100).reshape(8, 8)) @ (jnp.arange(64.0) / 100).reshape(8, 8).T).sum())
+    assert changed["sum"] == pytest.approx(reference, rel=1e-5)
+    reshaped = _run(cache, 0.5, 9)  # another shape
+    assert reshaped["sum"] != cold["sum"]
+    # the main program (the matrix product) missed the cache in both: at most the shared one-op programs hit
+    assert changed["hits"] < warm["hits"] and reshaped["hits"] < warm["hits"]
+
+
+def test_cli_cache_options(tmp_path, capsys, monkeypatch):
+    args = cli.build_parser().parse_args(["reproduce", "zhang2023", "--no-cache"])
+    assert args.no_cache and args.cache_dir is None
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(SystemExit, match="cannot use .* as the compilation cache"):
+        cli.main(["reproduce", "zhang2023", "--cache-dir", str(blocked / "xla"), "--out", str(tmp_path / "o")])
+    from jaxicl import compilation_cache
+
+    monkeypatch.setenv("JAXICL_CACHE_DIR", str(tmp_path / "env-cache"))
+    assert compilation_cache.default_dir() == Path(tmp_path / "env-cache")
+    monkeypatch.delenv("JAXICL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compilation_cache.default_dir() == tmp_path / "xdg" / "jaxicl" / "xla"
