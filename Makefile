@@ -30,6 +30,7 @@ bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/
 	$(BIN)/python benchmarks/bench_gatmiry.py
 	$(BIN)/python benchmarks/bench_yang.py
 	$(BIN)/python benchmarks/bench_transformer.py
+	$(BIN)/python benchmarks/bench_sensitivity.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

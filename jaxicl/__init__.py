@@ -3,6 +3,7 @@
 from . import baselines, dynamics, losses, models, tasks, theory
 from .dynamics import FlowSolution, gradient_descent, gradient_flow, optax_train, train
 from .losses import mc_loss, population_loss, register_population_loss, sample_loss
+from .sensitivity import finite_difference, sensitivity
 from .sweep import sweep
 
 __version__ = "0.1.0"
@@ -23,5 +24,7 @@ __all__ = [
     "population_loss",
     "register_population_loss",
     "sample_loss",
+    "sensitivity",
+    "finite_difference",
     "sweep",
 ]

@@ -47,4 +47,11 @@ def _algoformer(text):
     assert "finite at 30 loops: True" in text
 
 
-CHECKS = {"algoformer": _algoformer, "zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry, "yang2024": _yang}
+def _differentiable(text):
+    assert float(text.split("max relative deviation from finite differences:")[1].split()[0]) <= 1e-6
+    assert float(text.split("N-derivative relative deviation:")[1].split()[0]) <= 1e-6  # d(min loss)/dN = Lemma 5.3
+    assert float(text.split("max relative deviation of the learned steps:")[1].split()[0]) <= 1e-2  # Chebyshev
+    assert float(text.split("max relative excess of the worst-case error:")[1].split()[0]) <= 1e-2
+
+
+CHECKS = {"differentiable_dynamics": _differentiable, "algoformer": _algoformer, "zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry, "yang2024": _yang}

@@ -41,6 +41,28 @@ def per_leaf(value, params: PyTree) -> PyTree:
     return jax.tree_util.tree_map(lambda _: value, eqx.filter(params, eqx.is_inexact_array))
 
 
+def _scan(body, init, length: int, checkpoints):
+    """``lax.scan(body, init, None, length)``, or with ``checkpoints`` an online-checkpointed scan
+    (``equinox.internal.scan``): reverse mode then stores ``checkpoints`` copies of the carry instead of one per
+    step, so its memory does not grow with ``length`` (the forward pass is recomputed, O(log length) times)."""
+    if checkpoints is None:
+        return jax.lax.scan(body, init, None, length=length)
+    import equinox.internal as eqxi
+
+    if int(checkpoints) < 1:
+        raise ValueError(f"checkpoints must be a positive number of stored carries, got {checkpoints}.")
+    return eqxi.scan(lambda c, _: body(c, None), init, None, length=length, kind="checkpointed",
+                     checkpoints=min(int(checkpoints), length))
+
+
+def _check_differentiable_counts(**counts) -> None:
+    """Step counts fix the shape of the computation: a traced one (e.g. inside ``jax.grad``) cannot."""
+    for name, value in counts.items():
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(f"{name} is a traced value; it must be a Python int (it fixes the number of steps), so it "
+                            f"cannot be differentiated or vmapped. Vary a step size or a rate continuously instead.")
+
+
 def gradient_descent(
     loss_fn: Callable[[PyTree], Float[Array, ""]],
     params: PyTree,
@@ -50,40 +72,52 @@ def gradient_descent(
     record_every: int = 1,
     has_aux: bool = False,
     check_finite: bool = True,
+    checkpoints: int | None = None,
 ) -> tuple[PyTree, Float[Array, " n"]]:
     """θ_{k+1} = θ_k − step ⊙ ∇L(θ_k), ``n_steps`` times.
 
+    Differentiable in everything the loss and the steps depend on (initialisation, task, step sizes):
+    ``jax.grad`` of a function of the result differentiates through the whole run.
+
     Args:
         step: a step size, or a pytree with the structure of ``params`` holding one step size per leaf
-            (e.g. η_Q and η_w of Yang et al. eq. 10: ``model.step_sizes(eta_Q, eta_w)``).
+            (e.g. η_Q and η_w of Yang et al. eq. 10: ``model.step_sizes(eta_Q, eta_w)``), or a function
+            ``step(k)`` of the (traced) step index returning either (a schedule, e.g. ``lambda k: etas[k]``).
         record_every: record the loss every this many steps.
         has_aux: ``loss_fn`` returns ``(loss, aux)``; the recorded ``aux`` (any pytree, e.g. test losses)
             is returned stacked along a leading axis next to the losses.
         check_finite: raise on a non-finite loss (default). ``False`` returns the curve as it is, for runs
             whose divergence is a result to report (its first non-finite entry marks the step).
+        checkpoints: reverse-mode memory. ``None`` (default): a ``lax.scan`` that keeps every step's parameters for
+            the backward pass (and supports forward mode, ``jax.jvp``/``jacfwd``). An int C: an online-checkpointed
+            scan keeping C of them, so the memory of ``jax.grad`` through the run stays flat as ``n_steps`` grows
+            (reverse mode only).
 
     Returns ``(final_params, losses)`` with ``losses[j] = L(θ_{j·record_every})``, or
     ``(final_params, (losses, aux))`` with ``has_aux``.
     """
+    _check_differentiable_counts(n_steps=n_steps, record_every=record_every)
     if n_steps < 1 or record_every < 1 or n_steps % record_every:
         raise ValueError("n_steps must be a positive multiple of record_every.")
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
-    steps = per_leaf(step, params)
+    schedule = callable(step) and not isinstance(step, eqx.Module)  # a model of per-leaf steps is callable too
+    steps_at = (lambda k: per_leaf(step(k), params)) if schedule else (lambda k, s=per_leaf(step, params): s)
 
     def loss_of(y):
         return loss_fn(eqx.combine(y, static))
 
     vg = jax.value_and_grad(loss_of, has_aux=has_aux)
 
-    def one(y, _):
+    def one(carry, _):
+        k, y = carry
         out, g = vg(y)
-        return jax.tree_util.tree_map(lambda a, s, b: a - s * b, y, steps, g), out
+        return (k + 1, jax.tree_util.tree_map(lambda a, s, b: a - s * b, y, steps_at(k), g)), out
 
-    def block(y, _):
-        y, outs = jax.lax.scan(one, y, None, length=record_every)
-        return y, jax.tree_util.tree_map(lambda o: o[0], outs)
+    def block(carry, _):
+        carry, outs = jax.lax.scan(one, carry, None, length=record_every)
+        return carry, jax.tree_util.tree_map(lambda o: o[0], outs)
 
-    dynamic, outs = jax.lax.scan(block, dynamic, None, length=n_steps // record_every)
+    (_, dynamic), outs = _scan(block, (jnp.asarray(0), dynamic), n_steps // record_every, checkpoints)
     if check_finite:  # under jit/vmap: an eqx.error_if on the returned curve
         losses = check_finite_curve(outs[0] if has_aux else outs)
         outs = (losses, outs[1]) if has_aux else losses
@@ -96,23 +130,35 @@ def optax_train(
     optimizer: optax.GradientTransformation,
     n_steps: int,
     key: PRNGKeyArray,
+    *,
+    checkpoints: int | None = None,
 ) -> tuple[PyTree, Float[Array, " n"]]:
     """Train with an optax optimizer; ``batch_loss_fn(params, key)`` draws a fresh batch per step.
+
+    Differentiable end to end (e.g. in the initialisation or the learning rate, with an optimizer built from it
+    inside the differentiated function; for Adam pass ``eps_root > 0``, as √v has an infinite derivative where a
+    gradient is exactly zero). ``checkpoints``: as in :func:`gradient_descent` — an int stores that
+    many (parameters, optimizer state) carries for the backward pass, and each step's activations are
+    recomputed (``jax.checkpoint``), so memory does not grow with ``n_steps``.
 
     Example (fresh prompts every step)::
 
         loss = lambda m, k: icl.mc_loss(m, task, key=k, batch=256)
         model, curve = icl.optax_train(loss, model, optax.adam(1e-2), 2000, key)
     """
+    _check_differentiable_counts(n_steps=n_steps)
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
     vg = jax.value_and_grad(lambda y, k: batch_loss_fn(eqx.combine(y, static), k))
+    if checkpoints is not None:
+        vg = jax.checkpoint(vg)
+    keys = jax.random.split(key, n_steps)
 
-    def one(carry, k):
-        y, state = carry
-        loss, g = vg(y, k)
+    def one(carry, _):
+        i, y, state = carry
+        loss, g = vg(y, keys[i])
         updates, state = optimizer.update(g, state, y)
-        return (optax.apply_updates(y, updates), state), loss
+        return (i + 1, optax.apply_updates(y, updates), state), loss
 
-    (dynamic, _), losses = jax.lax.scan(one, (dynamic, optimizer.init(dynamic)), jax.random.split(key, n_steps))
+    (_, dynamic, _), losses = _scan(one, (jnp.asarray(0), dynamic, optimizer.init(dynamic)), n_steps, checkpoints)
     losses = check_finite_curve(losses)  # under jit/vmap: an eqx.error_if on the returned curve
     return eqx.combine(dynamic, static), losses

@@ -1,7 +1,11 @@
 """Gradient flow dθ/dt = −∇L(θ) (Zhang et al. eq. 3.9) integrated by diffrax.
 
 One trajectory per call; ``jax.vmap`` lifts it over initial parameters or task leaves, and the
-whole solve is differentiable (e.g. d L(θ(t1)) / d σ or d Λ) through diffrax's adjoint.
+whole solve is differentiable (e.g. d L(θ(t1)) / d σ or d Λ) through diffrax's adjoint
+(``adjoint="recursive"``: recursive checkpointing, exact derivative of the discretised solve;
+``"backsolve"``: the continuous adjoint ODE solved backwards, O(1) memory). The time at which the loss
+first reaches a level (``stop_at_loss``) is found by a root finder and is differentiable too; a boolean
+stop (``stop_when``, ``steady_state_tol``) is not, and differentiating through one is an error.
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ import numpy as np
 from jaxtyping import Array, Float, PyTree
 
 from .descent import per_leaf
+
+ADJOINTS = {
+    "recursive": diffrax.RecursiveCheckpointAdjoint,  # default: reverse mode through the solver's own steps
+    "backsolve": diffrax.BacksolveAdjoint,  # continuous adjoint ODE: memory independent of the steps; no events
+    "forward": diffrax.ForwardMode,  # forward mode (jax.jvp / jacfwd): few inputs, many outputs
+    "direct": diffrax.DirectAdjoint,  # forward and reverse mode, more memory
+}
 
 SOLVERS = {
     "tsit5": diffrax.Tsit5,  # explicit, default
@@ -79,8 +90,9 @@ def gradient_flow(
     stop_when: Callable[[PyTree], Array] | None = None,
     divergence_threshold: float = 1e8,
     progress: bool = False,
-    adjoint: diffrax.AbstractAdjoint | None = None,
+    adjoint: str | diffrax.AbstractAdjoint = "recursive",
     rates=None,
+    stop_at_loss: float | None = None,
 ) -> FlowSolution:
     """Integrate dθ/dt = −∇_θ loss_fn(θ) from ``params`` on [0, t1] with an adaptive solver.
 
@@ -100,13 +112,29 @@ def gradient_flow(
         rates: dθ/dt = −rates ⊙ ∇L: a pytree with the structure of ``params`` holding one rate per
             leaf (e.g. ``model.step_sizes(1, η_w/η_Q)``: the time scaling of GD with two step sizes,
             Yang et al. eq. 10, with t = η_Q · iterations). Default 1.
+        adjoint: how the solve is differentiated: ``"recursive"`` (default; reverse mode through the solver's
+            steps, recursive checkpointing), ``"backsolve"`` (reverse mode by the continuous adjoint ODE, memory
+            independent of the number of steps; it takes no events, so no ``stop_when``, ``steady_state_tol`` or
+            ``stop_at_loss``, and divergence is checked at the end only), ``"forward"`` (``jax.jvp`` / ``jacfwd``),
+            ``"direct"`` (both modes) or any diffrax adjoint.
+        stop_at_loss: stop when the loss first reaches this level: ``t_final`` is then the time to reach it,
+            located by a Newton root find on L(θ(t)) − level, and differentiable (a smooth time-to-ε).
 
     Returns:
         :class:`FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
         flow diverges (outside ``jit``; inside ``jit`` an ``eqx.error_if`` runtime error).
     """
-    if not t1 > 0:
-        raise ValueError(f"gradient_flow needs t1 > 0, got {t1}.")
+    if isinstance(t1, jax.core.Tracer) or not t1 > 0:
+        raise ValueError(f"gradient_flow needs a Python float t1 > 0 (it fixes the solver's horizon; differentiate "
+                         f"the state at a time inside it through `ts`, or a stop_at_loss time), got {t1}.")
+    if isinstance(adjoint, str):
+        if adjoint not in ADJOINTS:
+            raise ValueError(f"unknown adjoint {adjoint!r}; choose one of {sorted(ADJOINTS)} or pass a diffrax adjoint.")
+        adjoint = ADJOINTS[adjoint]()
+    backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
+    if backsolve and (steady_state_tol is not None or stop_when is not None or stop_at_loss is not None):
+        raise ValueError("adjoint='backsolve' takes no events: drop steady_state_tol / stop_when / stop_at_loss, or use "
+                         "adjoint='recursive'.")
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
 
     def loss_of(y):
@@ -115,9 +143,13 @@ def gradient_flow(
     grad_of = jax.grad(loss_of)
 
     rate = per_leaf(1.0 if rates is None else rates, params)
+    # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
+    # every adjoint can differentiate (BacksolveAdjoint cannot see through a closure)
+    field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
 
     def vector_field(t, y, args):
-        return jax.tree_util.tree_map(lambda r, g: -r * g, rate, grad_of(y))
+        loss_cc, r = args
+        return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
 
     if isinstance(solver, str):
         if solver not in SOLVERS:
@@ -138,6 +170,16 @@ def gradient_flow(
             stop = stop | stop_when(eqx.combine(y, static))
         return stop
 
+    if stop_at_loss is None:
+        event = diffrax.Event(cond_fn)
+    else:
+        import optimistix as optx
+
+        level = jnp.asarray(stop_at_loss, dtype=jax.tree_util.tree_leaves(dynamic)[0].dtype)
+        event = diffrax.Event((cond_fn, lambda t, y, args, **kw: loss_of(y) - level),
+                              root_finder=optx.Newton(rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
+                                                      atol=1e-12 if level.dtype == jnp.float64 else 1e-6))
+
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(vector_field),
         solver,
@@ -145,20 +187,37 @@ def gradient_flow(
         t1=float(t1),
         dt0=dt0,
         y0=dynamic,
-        saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)]),
+        args=field_args,
+        # the requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)
+        saveat=(diffrax.SaveAt(ts=ts, t1=True) if backsolve
+                else diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])),
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        event=diffrax.Event(cond_fn),
+        event=None if backsolve else event,
         max_steps=max_steps,
         progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
-        adjoint=adjoint if adjoint is not None else diffrax.RecursiveCheckpointAdjoint(),
+        adjoint=adjoint,
         throw=False,
     )
-    saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
-    t_final = sol.ts[1][0]
+    if backsolve:
+        saved, final = (jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
+                        jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys))
+        t_final = sol.ts[-1]
+    else:
+        saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
+        t_final = sol.ts[1][0]
     reached = ts <= t_final  # save times after an early stop are not reached (diffrax fills inf)
     saved = jax.tree_util.tree_map(
         lambda s, f: jnp.where(reached.reshape((-1,) + (1,) * f.ndim), s, f[None]), saved, final
     )
+    if steady_state_tol is not None or stop_when is not None:
+        # the stop time of a boolean event is the end of a solver step: its derivative is lost, so a derivative
+        # of anything after it would silently miss d(stop time)/dθ
+        what = "steady_state_tol" if stop_when is None else "stop_when"
+        saved, final, t_final = _not_differentiable(
+            (saved, final, t_final),
+            f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
+            f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
+            "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.")
     losses = jax.vmap(loss_of)(saved)
     grad_norms = jax.vmap(lambda y: _tree_norm(grad_of(y)))(saved)
     final_norm = _tree_norm(final)
@@ -182,6 +241,20 @@ def gradient_flow(
         stopped_by_event=steady,
     )
     return _raise_if_diverged(out, bad_state, failed & ~bad_state, final_loss, final_norm, sol.result)
+
+
+def _not_differentiable(tree, message: str):
+    """``tree`` unchanged; differentiating through it raises ``ValueError(message)`` (at trace time)."""
+
+    @jax.custom_jvp
+    def identity(x):
+        return x
+
+    @identity.defjvp
+    def _jvp(primals, tangents):
+        raise ValueError(message)
+
+    return jax.tree_util.tree_map(lambda x: identity(x) if eqx.is_inexact_array(x) else x, tree)
 
 
 def _stages(solver) -> int:

@@ -60,13 +60,19 @@ class Config:
     thm6_depths: tuple = (1, 2, 3, 4, 5, 6)
     thm7_depths: tuple = (6, 10, 20, 40)
     thm8_loops: int = 40
+    learned_kappas: tuple = (2.0, 8.0, 32.0, 128.0)  # learned step sizes vs Chebyshev (issue: differentiable dynamics)
+    learned_steps: int = 4
+    learned_grid: int = 2001
+    learned_powers: tuple = (8.0, 32.0, 128.0, 512.0, 2048.0)
+    learned_iterations: int = 200
     seed: int = 0
 
 
 SIZES = {
     "quick": Config(lr=3e-3),  # short training: a larger step (stable at 400 steps; 1e-3 is needed at 2,000, see run notes)
     "full": Config(depths=tuple(range(1, 11)), seeds=3, batch=256, steps=2000, test_batch=100_000,
-                   thm3_instances=256, fg_steps=200),
+                   thm3_instances=256, fg_steps=200, learned_kappas=(2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
+                   learned_steps=8),
 }
 
 
@@ -274,7 +280,7 @@ def check_thm3(cfg: Config, key):
     for i, kappa in enumerate(cfg.thm3_kappas):
         task = tasks.FixedGramRegression(cfg.d, cfg.n, tasks.RandomSpectrumCovariance(cfg.d, kmax / kappa, kmax))
         prompts = task.sample(jax.random.fold_in(key, i), cfg.thm3_instances)
-        ell, err, _ = jax.vmap(lambda p: G.adaptive_depth(model, p, cfg.thm3_eps))(prompts)
+        ell, err, _ = jax.jit(jax.vmap(lambda p: G.adaptive_depth(model, p, cfg.thm3_eps)))(prompts)
         ell, err = np.asarray(ell), np.asarray(err)
         ok &= bool(np.all(ell >= 0) and np.all(err <= cfg.thm3_eps))
         used.append(ell)
@@ -366,7 +372,7 @@ def thm8_curves(cfg: Config, A_loop, scales):
 
     def loop_curve(A, s):
         model = LinearTransformer.restricted(jnp.asarray(A)[None], looped=True, depth=T, max_depth=T)
-        return np.asarray(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(model, L), s * jnp.eye(cfg.d)))(depths))
+        return np.asarray(jax.jit(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(model, L), s * jnp.eye(cfg.d))))(depths))
 
     sym_curves, raw_curves, ok, L0s, starts, raw_starts = [], [], True, [], [], []
     for s in scales:
@@ -379,7 +385,7 @@ def thm8_curves(cfg: Config, A_loop, scales):
     s_f = 4.0
     steps = G.nonmonotone_steps(s_f, T)
     multi = G.restricted_model(steps, cfg.d)
-    multi_curve = np.asarray(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(multi, L), s_f * jnp.eye(cfg.d)))(depths))
+    multi_curve = np.asarray(jax.jit(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(multi, L), s_f * jnp.eye(cfg.d))))(depths))
     diffs = np.sign(np.diff(multi_curve))
     checks = [
         Check("Thm 8: looped loss monotone in the loop count from L_0 on (symmetric part of the trained looped A, Σ = sI)",
@@ -392,6 +398,70 @@ def thm8_curves(cfg: Config, A_loop, scales):
     ds = xr.Dataset({"looped": (("s", "L"), np.array(sym_curves)), "looped_raw": (("s", "L"), np.array(raw_curves)), "multilayer_app_f": ("L", multi_curve), "L0": ("s", np.array(L0s))},
                     coords={"s": list(scales), "L": np.asarray(depths)}, attrs={"app_f_scale": s_f})
     return checks, ds
+
+
+# --- learned step sizes (differentiating through gradient descent) -------------------------------------
+def gd_relative_errors(etas, kappa, s_unit):
+    """|w_k − w*| / |w* − w_0| after k = len(etas) steps of gradient descent with step sizes ``etas`` on the
+    regression loss ½ s‖w − w*‖² (Σ = sI, the fixed-Gram setting), for every s = 1 + (κ − 1)·``s_unit`` in [1, κ].
+    Each run is ``jaxicl.gradient_descent`` with the schedule ``k ↦ etas[k]``, so this is differentiable in the
+    step sizes (and in κ). It equals |Π_t(1 − η_t s)|, the residual polynomial of Thm 2."""
+
+    def run(s):
+        loss = lambda w: 0.5 * s * jnp.sum((w - 1.0) ** 2)  # noqa: E731  w* = 1, w_0 = 0
+        w, _ = dynamics.gradient_descent(loss, jnp.zeros(1, etas.dtype), lambda k: etas[k], etas.shape[0],
+                                         check_finite=False)
+        return jnp.abs(w[0] - 1.0)
+
+    return jax.vmap(run)(1.0 + (kappa - 1.0) * s_unit)
+
+
+def learn_step_sizes(kappa, cfg: Config):
+    """Step sizes minimising the worst relative error over s ∈ [1, κ] after ``cfg.learned_steps`` GD steps, found by
+    differentiating through the runs: L-BFGS on the smooth maximum (mean_s e(s)^p)^{1/p} over a uniform grid of s,
+    with p raised through ``cfg.learned_powers`` (p → ∞ is the worst case). Starts from steps spread over [1/κ, 1]
+    (equal steps are a symmetric point the gradient cannot leave). Traceable in κ."""
+    k = cfg.learned_steps
+    s_unit = jnp.linspace(0.0, 1.0, cfg.learned_grid)
+
+    def smooth_worst(etas, p):
+        log_e2 = jnp.log(gd_relative_errors(etas, kappa, s_unit) ** 2 + 1e-300)
+        return (jax.scipy.special.logsumexp(p * log_e2 / 2) - jnp.log(s_unit.size)) / p
+
+    etas = jnp.linspace(1.0, 1.0 / kappa, k)
+    for p in cfg.learned_powers:
+        etas = dynamics.lbfgs(lambda e, p=p: smooth_worst(e, p), etas, cfg.learned_iterations).params
+    return jnp.sort(etas)
+
+
+def learned_steps_sweep(cfg: Config) -> xr.Dataset:
+    """Learned step sizes for every κ of ``cfg.learned_kappas`` as one ``jaxicl.sweep`` (one compiled program),
+    against Chebyshev's (reciprocals of the Chebyshev nodes on [1, κ], sorted) and their worst-case errors."""
+    ds = sweep(lambda kappa: {"learned": learn_step_sizes(kappa, cfg)}, {"kappa": list(cfg.learned_kappas)},
+               meta={"paper": NAME, "figure": "learned step sizes", "config": dataclasses.asdict(cfg)},
+               output_dims={"learned": ("step",)})
+    kappas = np.asarray(cfg.learned_kappas)
+    cheb = np.stack([np.sort(G.chebyshev_steps(1.0, k, cfg.learned_steps)) for k in kappas])
+    worst = [G.worst_case_error(lambda s, e=e: G.residual_polynomial(e, s), 1.0, k) for e, k in zip(ds.learned.values, kappas)]
+    ds["chebyshev"] = (("kappa", "step"), cheb)
+    ds["learned_worst_error"] = ("kappa", np.asarray(worst))
+    ds["chebyshev_worst_error"] = ("kappa", G.chebyshev_worst_error(kappas, cfg.learned_steps))
+    ds["gd_worst_error"] = ("kappa", G.gd_worst_error(kappas, cfg.learned_steps))
+    return ds
+
+
+def _learned_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
+    step_dev = np.abs(ds.learned.values / ds.chebyshev.values - 1)
+    err_dev = np.abs(ds.learned_worst_error.values / ds.chebyshev_worst_error.values - 1)
+    return [
+        Check(f"Learned step sizes (∂ of the error after k = {cfg.learned_steps} GD steps, through the runs) recover "
+              "Chebyshev's a_t = 1/λ_t (Thm 2), κ = " + ", ".join(f"{k:g}" for k in ds.kappa.values),
+              "reciprocal Chebyshev nodes on [1, κ]", f"max relative deviation {step_dev.max():.1e} (per κ: "
+              f"{fmt(step_dev.max(axis=1), 2)})", "≤ 1e-2", bool(step_dev.max() <= 1e-2)),
+        Check("Their worst-case error over [1, κ] reaches 1/T_k((κ+1)/(κ−1))", fmt(ds.chebyshev_worst_error.values, 4),
+              fmt(ds.learned_worst_error.values, 4) + f" (max relative excess {err_dev.max():.1e}; GD with the best "
+              f"constant step: {fmt(ds.gd_worst_error.values, 3)})", "≤ 1e-2", bool(err_dev.max() <= 1e-2)),
+    ]
 
 
 def _with_depth(model: LinearTransformer, depth) -> LinearTransformer:
@@ -453,6 +523,10 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         checks += c
         save(ds8, "thm8.nc")
         lap("Lemma 1, Thm 8")
+        ds_learned = learned_steps_sweep(cfg)
+        checks += _learned_checks(ds_learned, cfg)
+        save(ds_learned, "learned_steps.nc")
+        lap("learned step sizes")
 
     notes.append(
         f"Losses are eq. (9), E(ŷ − y)² (no ½). **Gaussian X**: d = {cfg.d}, n = {cfg.n}, Adam (lr {cfg.lr:g}, cosine decay) for "
@@ -463,7 +537,33 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         "rare draws with a large eigenvalue of XXᵀ/n give |1 − a λ|^{2L} ≫ 1, so the mean (eq. 9) can sit well above the "
         "median (also reported) and training with a larger step or gradient clipping was unstable at 2,000 steps.")
     figures += _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes)
+    figures.append(_learned_figure(out, ds_learned, cfg))
+    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages)
+
+
+def _learned_figure(out, ds: xr.Dataset, cfg: Config) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    for i, kappa in enumerate(ds.kappa.values):
+        color = f"C{i}"
+        ax[0].plot(np.arange(1, cfg.learned_steps + 1), ds.chebyshev.values[i], "-", color=color, lw=1)
+        ax[0].plot(np.arange(1, cfg.learned_steps + 1), ds.learned.values[i], "o", color=color, mfc="none",
+                   label=f"κ = {kappa:g}")
+    ax[0].set(yscale="log", xlabel="step (sorted)", ylabel="step size η_t",
+              title="Learned step sizes (markers) vs Chebyshev 1/λ_t (lines)")
+    ax[0].legend(fontsize=8)
+    k = ds.kappa.values
+    ax[1].loglog(k, ds.gd_worst_error, "s--", color="gray", label="GD, best constant step ((κ−1)/(κ+1))^k")
+    ax[1].loglog(k, ds.chebyshev_worst_error, "-", color="k", label="Chebyshev 1/T_k((κ+1)/(κ−1))")
+    ax[1].loglog(k, ds.learned_worst_error, "o", mfc="none", color="C3", label="learned by differentiating GD")
+    ax[1].set(xlabel="κ", ylabel=f"worst relative error over [1, κ] after {cfg.learned_steps} steps",
+              title="Worst-case error")
+    ax[1].legend(fontsize=8)
+    return save_paper_figure(fig, out, NAME, "learned_step_sizes.png")
 
 
 def _fixed_gram_checks(ds_fg: xr.Dataset, theory: xr.Dataset) -> list[Check]:
