@@ -62,6 +62,14 @@ def test_readme_algoformer_example_runs(tmp_path, monkeypatch):
     assert ns["curve"].shape == (8,) and np.all(np.isfinite(ns["curve"]))
 
 
+def test_readme_sensitivity_example_runs():
+    import numpy as np
+
+    ns = _run_section("Differentiating through training")
+    for name in ("sigma", "lam"):
+        np.testing.assert_allclose(np.asarray(ns["grads"][name]), ns["check"][name], rtol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", ["zhang2023", "ahn2023", "gatmiry2024", "yang2024"])
 def test_reproduce_full_passes_every_check(paper, tmp_path, monkeypatch):
