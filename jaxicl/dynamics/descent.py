@@ -41,17 +41,17 @@ def per_leaf(value, params: PyTree) -> PyTree:
     return jax.tree_util.tree_map(lambda _: value, eqx.filter(params, eqx.is_inexact_array))
 
 
-def _scan(body, init, length: int, checkpoints):
-    """``lax.scan(body, init, None, length)``, or with ``checkpoints`` an online-checkpointed scan
+def _scan(body, init, xs, length: int, checkpoints):
+    """``lax.scan(body, init, xs, length)``, or with ``checkpoints`` an online-checkpointed scan
     (``equinox.internal.scan``): reverse mode then stores ``checkpoints`` copies of the carry instead of one per
     step, so its memory does not grow with ``length`` (the forward pass is recomputed, O(log length) times)."""
     if checkpoints is None:
-        return jax.lax.scan(body, init, None, length=length)
+        return jax.lax.scan(body, init, xs, length=length)
     import equinox.internal as eqxi
 
     if int(checkpoints) < 1:
         raise ValueError(f"checkpoints must be a positive number of stored carries, got {checkpoints}.")
-    return eqxi.scan(lambda c, _: body(c, None), init, None, length=length, kind="checkpointed",
+    return eqxi.scan(body, init, xs, length=length, kind="checkpointed",
                      checkpoints=min(int(checkpoints), length))
 
 
@@ -113,11 +113,11 @@ def gradient_descent(
         out, g = vg(y)
         return (k + 1, jax.tree_util.tree_map(lambda a, s, b: a - s * b, y, steps_at(k), g)), out
 
-    def block(carry, _):
-        carry, outs = jax.lax.scan(one, carry, None, length=record_every)
+    def block(carry, _):  # checkpointed inside a record block too, so reverse-mode memory is flat in n_steps
+        carry, outs = _scan(one, carry, None, record_every, checkpoints)
         return carry, jax.tree_util.tree_map(lambda o: o[0], outs)
 
-    (_, dynamic), outs = _scan(block, (jnp.asarray(0), dynamic), n_steps // record_every, checkpoints)
+    (_, dynamic), outs = _scan(block, (jnp.asarray(0), dynamic), None, n_steps // record_every, checkpoints)
     if check_finite:  # under jit/vmap: an eqx.error_if on the returned curve
         losses = check_finite_curve(outs[0] if has_aux else outs)
         outs = (losses, outs[1]) if has_aux else losses
@@ -151,14 +151,14 @@ def optax_train(
     vg = jax.value_and_grad(lambda y, k: batch_loss_fn(eqx.combine(y, static), k))
     if checkpoints is not None:
         vg = jax.checkpoint(vg)
-    keys = jax.random.split(key, n_steps)
 
-    def one(carry, _):
-        i, y, state = carry
-        loss, g = vg(y, keys[i])
+    def one(carry, k):
+        y, state = carry
+        loss, g = vg(y, k)
         updates, state = optimizer.update(g, state, y)
-        return (i + 1, optax.apply_updates(y, updates), state), loss
+        return (optax.apply_updates(y, updates), state), loss
 
-    (_, dynamic, _), losses = _scan(one, (jnp.asarray(0), dynamic, optimizer.init(dynamic)), n_steps, checkpoints)
+    (dynamic, _), losses = _scan(one, (dynamic, optimizer.init(dynamic)), jax.random.split(key, n_steps), n_steps,
+                                 checkpoints)
     losses = check_finite_curve(losses)  # under jit/vmap: an eqx.error_if on the returned curve
     return eqx.combine(dynamic, static), losses
