@@ -1,11 +1,16 @@
 """Gradient flow (diffrax), gradient descent and optax training; Thm 4.1 and Lemma 5.4 checks."""
 
+import re
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
+import xarray as xr
 
 import jaxicl as icl
+from jaxicl.sweep import raise_if_diverged
 from jaxicl.theory import zhang
 from conftest import random_spd
 
@@ -94,6 +99,20 @@ def test_diverging_flow_raises_with_time_and_quantity():
     # L(θ) = −θ⁴: dθ/dt = 4θ³ blows up at t = 1/(8 θ0²) = 0.125
     with pytest.raises(FloatingPointError, match=r"diverged at t = 0\.12"):
         icl.gradient_flow(lambda p: -jnp.sum(p["a"] ** 4), {"a": jnp.array(1.0)}, t1=1.0, max_steps=4000)
+    # check=False: a jitted (here vmapped) flow without host callbacks, so the persistent cache can hold it; check_flow
+    # raises the same way on the host, naming the batch's latest stop (θ0 = 1 blows up at t = 1/8, θ0 = 0.5 at 1/2)
+    def flow(a0, check):
+        return icl.gradient_flow(lambda p: -jnp.sum(p["a"] ** 4), {"a": a0}, t1=1.0, max_steps=4000, check=check)
+
+    a0 = jnp.array([1.0, 0.5])
+    assert "callback" in jax.jit(jax.vmap(lambda a: flow(a, True))).lower(a0).as_text()
+    assert "callback" not in jax.jit(jax.vmap(lambda a: flow(a, False))).lower(a0).as_text()
+    sols = jax.jit(jax.vmap(lambda a: flow(a, False)))(a0)
+    assert sols.diverged.tolist() == [True, True] and not bool(sols.solver_failed.any())
+    with pytest.raises(FloatingPointError, match=r"diverged at t = 0\.5"):
+        icl.dynamics.check_flow(sols)
+    ok = jax.jit(jax.vmap(lambda a: flow(a, False)))(jnp.array([0.1, 0.2]))  # blow-up at t = 12.5 and 3.1
+    assert icl.dynamics.check_flow(ok) is ok
 
 
 def test_gradient_descent_matches_closed_form_and_nan_names_the_step():
@@ -101,8 +120,13 @@ def test_gradient_descent_matches_closed_form_and_nan_names_the_step():
     final, curve = icl.gradient_descent(loss, jnp.array(1.0), step=0.1, n_steps=20)
     assert jnp.allclose(final, 0.7**20, rtol=1e-12)  # θ_k = (1 − 0.1·3)^k
     assert jnp.allclose(curve, 1.5 * 0.7 ** (2 * jnp.arange(20)), rtol=1e-12)
-    with pytest.raises(FloatingPointError, match="step"):
-        icl.gradient_descent(loss, jnp.array(1.0), step=10.0, n_steps=2000)
+    steps = {}
+    for every in (1, 10):  # θ_k = (1 − 10·3)^k = (−29)^k
+        with pytest.raises(FloatingPointError, match=r"at step (\d+)") as err:
+            icl.gradient_descent(loss, jnp.array(1.0), step=10.0, n_steps=2000, record_every=every)
+        steps[every] = int(re.search(r"at step (\d+)", str(err.value)).group(1))
+    k = int(np.ceil(np.log10(np.finfo(np.float64).max / 1.5) / (2 * np.log10(29.0))))  # 1.5·29^{2k} overflows: 106
+    assert steps == {1: k, 10: 10 * int(np.ceil(k / 10))}  # every 10 steps: the first recorded step at or after it
 
 
 def test_gradient_descent_records_aux_and_can_report_divergence_instead_of_raising():
@@ -113,6 +137,27 @@ def test_gradient_descent_records_aux_and_can_report_divergence_instead_of_raisi
     _, curve = icl.gradient_descent(lambda p: 0.5 * 3.0 * p**2, jnp.array(1.0), step=10.0, n_steps=2000, check_finite=False)
     bad = ~jnp.isfinite(curve)
     assert bool(bad[-1]) and not bool(bad[0])  # |1 − 30|^k overflows: the curve says where, nothing raised
+
+
+def test_unchecked_training_is_cacheable_and_the_host_still_names_the_diverging_step():
+    """check_finite=True under jit is an eqx.error_if, a host callback, which JAX never writes to the persistent
+    compilation cache; check_finite=False keeps the program free of callbacks, and first_nonfinite_step +
+    raise_if_diverged name the same step the eager check names."""
+    loss = lambda p, k: 0.5 * 3.0 * jnp.sum(p**2) + 0.0 * jax.random.normal(k)  # noqa: E731  GD factor |1 − 3η|
+
+    def run(eta, check):
+        return icl.optax_train(loss, jnp.ones(2), optax.sgd(eta), 400, jax.random.PRNGKey(0), check_finite=check)[1]
+
+    assert "callback" in jax.jit(lambda e: run(e, True)).lower(10.0).as_text()
+    assert "callback" not in jax.jit(lambda e: run(e, False)).lower(10.0).as_text()
+    with pytest.raises(FloatingPointError, match=r"at step (\d+)") as eager:
+        icl.dynamics.check_finite_curve(run(10.0, False))
+    expected = int(re.search(r"at step (\d+)", str(eager.value)).group(1))
+    steps = jax.jit(jax.vmap(lambda e: icl.dynamics.first_nonfinite_step(run(e, False))))(jnp.array([0.1, 10.0, 0.5]))
+    assert steps.tolist() == [-1, expected, -1] and 0 < expected < 400  # |1 − 30|^k overflows float32 mid-run
+    raise_if_diverged(xr.DataArray(np.array([-1, -1]), coords={"eta": [0.1, 0.5]}, dims="eta"))  # none diverged
+    with pytest.raises(FloatingPointError, match=rf"from step {expected} on at eta=10.0 \(1 of 3 grid points"):
+        raise_if_diverged(xr.DataArray(np.asarray(steps), coords={"eta": [0.1, 10.0, 0.5]}, dims="eta"))
 
 
 def test_optax_training_on_fresh_samples_approaches_the_exact_minimum():

@@ -1,11 +1,14 @@
 """Gatmiry et al.: priors, the two loss conventions, constructions, optima and theorem helpers (float64)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxicl import losses, tasks
+from jaxicl.experiments import gatmiry2024 as gat
 from jaxicl.losses.restricted import GaussianXBatch, gaussian_x_errors, residual_matrix
 from jaxicl.models import LinearTransformer
 from jaxicl.theory import gatmiry as G
@@ -231,3 +234,14 @@ def test_thm8_monotone_tail():
     multi = G.restricted_model(steps, D)
     curve = [float(losses.fixed_gram_loss(LinearTransformer(multi.params, depth=L), 4.0 * jnp.eye(D))) for L in range(1, 7)]
     assert np.any(np.diff(curve) > 0) and np.any(np.diff(curve) < 0)
+
+
+def test_a_diverging_fig1_run_raises_naming_the_grid_point_and_step():
+    """The Fig. 1 sweep program carries no host callback (so the persistent cache can hold it); divergence is
+    checked on the host from the returned first non-finite step. In float32, a 1e6 initial scale overflows the
+    depth-4 prediction (∝ ‖A‖⁴, squared in the loss) at step 0 and leaves depth 1 finite."""
+    cfg = dataclasses.replace(gat.Config(), d=2, n=4, kappas=(2.0,), depths=(1, 4), seeds=1, batch=8, steps=6,
+                              init_scale=1e6, test_batch=64, curve_windows=2)
+    with pytest.raises(FloatingPointError, match=r"not finite from step 0 on at kappa=2.0, depth=4, looped=0, seed=0 "
+                                                 r"\(2 of 4 grid points diverged\)"), jax.enable_x64(False):
+        gat.fig1_sweep(cfg, jax.random.PRNGKey(0))  # float32, as the reproduction runs it

@@ -61,3 +61,16 @@ def test_sigma_violating_theorem_condition_warns_and_runs():
         m0 = icl.models.LinearSelfAttention.balanced_init(2, 1.5, jax.random.PRNGKey(0), task=task)
     sol = icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, 10.0, n_save=4)
     assert jnp.all(jnp.isfinite(sol.losses))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"ts": [0.0, 2.0, 1.0]}, "increasing"),
+    ({"ts": [0.0, 1.0, 20.0]}, r"inside \[0, t1 = 10.0\]"),
+    ({"ts": [-1.0, 1.0]}, r"inside \[0, t1"),
+    ({"dt0": -0.1}, "dt0 must be positive"),
+])
+def test_gradient_flow_save_times_and_first_step_are_checked_on_the_host(kwargs, match):
+    """gradient_flow checks ts and dt0 itself (diffrax's own checks are host callbacks in the compiled program, which
+    would keep it out of the persistent compilation cache, so they are switched off while it traces)."""
+    with pytest.raises(ValueError, match=match):
+        icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 10.0, **kwargs)

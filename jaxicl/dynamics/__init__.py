@@ -1,13 +1,15 @@
 """Training dynamics: diffrax gradient flow, gradient descent, optax training, fixed-set optimizers."""
 
-from .descent import check_finite_curve, gradient_descent, optax_train
+from .descent import check_finite_curve, first_nonfinite_step, gradient_descent, optax_train
 from .fit import FitResult, lbfgs, levenberg_marquardt, optax_fit
-from .flow import FlowSolution, gradient_flow, log_time_grid
+from .flow import FlowSolution, check_flow, gradient_flow, log_time_grid
 
 __all__ = [
     "FitResult",
     "FlowSolution",
     "check_finite_curve",
+    "check_flow",
+    "first_nonfinite_step",
     "gradient_descent",
     "gradient_flow",
     "lbfgs",

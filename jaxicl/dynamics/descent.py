@@ -16,9 +16,13 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 
-def check_finite_curve(losses, what: str = "loss", first_step: int = 0):
+def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: int = 1):
     """Raise ``FloatingPointError`` naming the first step whose ``what`` is not finite (``losses[i]`` is
-    step ``first_step + i``)."""
+    step ``first_step + every · i``: ``every`` is the recording interval).
+
+    Under ``jit`` this is an ``eqx.error_if``, a host callback: JAX never writes a program holding one to the
+    persistent compilation cache. Programs meant to be cached (the reproductions' sweeps) return
+    :func:`first_nonfinite_step` instead and check it on the host."""
     if isinstance(losses, jax.core.Tracer):
         return eqx.error_if(losses, ~jnp.all(jnp.isfinite(losses)), f"non-finite {what} during training")
     arr = np.asarray(losses)
@@ -28,9 +32,17 @@ def check_finite_curve(losses, what: str = "loss", first_step: int = 0):
         step = int(np.argmax(flat))
         raise FloatingPointError(
             f"training diverged: {what} is {arr.reshape(arr.shape[0], -1)[step].ravel()[:4]} at step "
-            f"{first_step + step}. Reduce the step size / learning rate or the initialization scale."
+            f"{first_step + every * step}. Reduce the step size / learning rate or the initialization scale."
         )
     return losses
+
+
+def first_nonfinite_step(losses, first_step: int = 0) -> Array:
+    """``first_step`` + the index of the first entry of ``losses`` (along its leading axis) that is not finite, or
+    −1 when all are. Traceable and free of host callbacks: a jitted or swept program returns it, and the host
+    raises naming the step (:func:`jaxicl.sweep.raise_if_diverged` for a sweep's outputs)."""
+    bad = ~jnp.isfinite(losses).reshape(losses.shape[0], -1).all(axis=1)
+    return jnp.where(bad.any(), first_step + jnp.argmax(bad), -1)
 
 
 def per_leaf(value, params: PyTree) -> PyTree:
@@ -119,7 +131,7 @@ def gradient_descent(
 
     (_, dynamic), outs = _scan(block, (jnp.asarray(0), dynamic), None, n_steps // record_every, checkpoints)
     if check_finite:  # under jit/vmap: an eqx.error_if on the returned curve
-        losses = check_finite_curve(outs[0] if has_aux else outs)
+        losses = check_finite_curve(outs[0] if has_aux else outs, every=record_every)
         outs = (losses, outs[1]) if has_aux else losses
     return eqx.combine(dynamic, static), outs
 
@@ -132,6 +144,7 @@ def optax_train(
     key: PRNGKeyArray,
     *,
     checkpoints: int | None = None,
+    check_finite: bool = True,
 ) -> tuple[PyTree, Float[Array, " n"]]:
     """Train with an optax optimizer; ``batch_loss_fn(params, key)`` draws a fresh batch per step.
 
@@ -139,7 +152,9 @@ def optax_train(
     inside the differentiated function; for Adam pass ``eps_root > 0``, as √v has an infinite derivative where a
     gradient is exactly zero). ``checkpoints``: as in :func:`gradient_descent` — an int stores that
     many (parameters, optimizer state) carries for the backward pass, and each step's activations are
-    recomputed (``jax.checkpoint``), so memory does not grow with ``n_steps``.
+    recomputed (``jax.checkpoint``), so memory does not grow with ``n_steps``. ``check_finite``: as in
+    :func:`gradient_descent` (``False`` inside programs meant for the persistent cache: check
+    :func:`first_nonfinite_step` of the curve on the host instead).
 
     Example (fresh prompts every step)::
 
@@ -160,5 +175,6 @@ def optax_train(
 
     (dynamic, _), losses = _scan(one, (dynamic, optimizer.init(dynamic)), jax.random.split(key, n_steps), n_steps,
                                  checkpoints)
-    losses = check_finite_curve(losses)  # under jit/vmap: an eqx.error_if on the returned curve
+    if check_finite:  # under jit/vmap: an eqx.error_if on the returned curve
+        losses = check_finite_curve(losses)
     return eqx.combine(dynamic, static), losses

@@ -10,6 +10,7 @@ stop (``stop_when``, ``steady_state_tol``) is not, and differentiating through o
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import diffrax
@@ -49,6 +50,11 @@ class FlowSolution(eqx.Module):
         num_steps: accepted solver steps; ``num_grad_evals``: vector-field evaluations (steps × fresh
             Runge–Kutta stages; a lower bound for implicit solvers, whose Newton iterations add more).
         stopped_by_event: True when ``steady_state_tol`` or ``stop_when`` ended the solve.
+        diverged: True when the flow diverged (non-finite or exploding loss, parameters or gradient).
+        solver_failed: True when the solver stopped before t1 for another reason (``result`` says which).
+        result: diffrax's result code.
+
+    ``gradient_flow`` raises on the last three unless called with ``check=False``; :func:`check_flow` raises later.
     """
 
     ts: Float[Array, " T"]
@@ -60,6 +66,9 @@ class FlowSolution(eqx.Module):
     num_steps: Array
     num_grad_evals: Array
     stopped_by_event: Array
+    diverged: Array
+    solver_failed: Array
+    result: diffrax.RESULTS
 
 
 def log_time_grid(t1: float, n: int = 100, t_min_ratio: float = 1e-6) -> np.ndarray:
@@ -93,6 +102,7 @@ def gradient_flow(
     adjoint: str | diffrax.AbstractAdjoint = "recursive",
     rates=None,
     stop_at_loss: float | None = None,
+    check: bool = True,
 ) -> FlowSolution:
     """Integrate dθ/dt = −∇_θ loss_fn(θ) from ``params`` on [0, t1] with an adaptive solver.
 
@@ -119,6 +129,10 @@ def gradient_flow(
             ``"direct"`` (both modes) or any diffrax adjoint.
         stop_at_loss: stop when the loss first reaches this level: ``t_final`` is then the time to reach it,
             located by a Newton root find on L(θ(t)) − level, and differentiable (a smooth time-to-ε).
+
+        check: raise if the flow diverges or the solver fails (default). Under ``jit`` that is an ``eqx.error_if``,
+            a host callback, and JAX never writes a program holding one to the persistent compilation cache:
+            programs meant to be cached (sweeps) pass ``False`` and call :func:`check_flow` on the result.
 
     Returns:
         :class:`FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
@@ -157,6 +171,11 @@ def gradient_flow(
         solver = SOLVERS[solver]()
     if ts is None:
         ts = log_time_grid(t1, n_save)
+    ts_on_host = not isinstance(ts, jax.core.Tracer)
+    if ts_on_host:
+        _check_save_times(np.asarray(ts), float(t1))
+    if dt0 is not None and not isinstance(dt0, jax.core.Tracer) and not dt0 > 0:
+        raise ValueError(f"dt0 must be positive (the flow runs forward from t = 0), got {dt0}.")
     ts = jnp.asarray(ts)
     dtype = jax.tree_util.tree_leaves(dynamic)[0].dtype
     ts = ts.astype(dtype)
@@ -180,24 +199,25 @@ def gradient_flow(
                               root_finder=optx.Newton(rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
                                                       atol=1e-12 if level.dtype == jnp.float64 else 1e-6))
 
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field),
-        solver,
-        t0=0.0,
-        t1=float(t1),
-        dt0=dt0,
-        y0=dynamic,
-        args=field_args,
-        # the requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)
-        saveat=(diffrax.SaveAt(ts=ts, t1=True) if backsolve
-                else diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        event=None if backsolve else event,
-        max_steps=max_steps,
-        progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
-        adjoint=adjoint,
-        throw=False,
-    )
+    with _diffrax_save_time_checks_off() if ts_on_host else contextlib.nullcontext():
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            solver,
+            t0=0.0,
+            t1=float(t1),
+            dt0=dt0,
+            y0=dynamic,
+            args=field_args,
+            # the requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)
+            saveat=(diffrax.SaveAt(ts=ts, t1=True) if backsolve
+                    else diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])),
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            event=None if backsolve else event,
+            max_steps=max_steps,
+            progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
+            adjoint=adjoint,
+            throw=False,
+        )
     if backsolve:
         saved, final = (jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
                         jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys))
@@ -239,8 +259,33 @@ def gradient_flow(
         num_steps=sol.stats["num_accepted_steps"],
         num_grad_evals=sol.stats["num_steps"] * _stages(solver),
         stopped_by_event=steady,
+        diverged=bad_state,
+        solver_failed=failed & ~bad_state,
+        result=sol.result,
     )
-    return _raise_if_diverged(out, bad_state, failed & ~bad_state, final_loss, final_norm, sol.result)
+    return check_flow(out) if check else out
+
+
+def _check_save_times(ts: np.ndarray, t1: float) -> None:
+    if ts.ndim != 1 or ts.size == 0 or np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > t1:
+        raise ValueError(f"ts must be a non-empty increasing 1-D grid inside [0, t1 = {t1}], got {ts}.")
+
+
+@contextlib.contextmanager
+def _diffrax_save_time_checks_off():
+    """Trace ``diffeqsolve`` without its checks of ``saveat.ts`` (``equinox.internal.error_if``; :func:`gradient_flow`
+    made the same checks on the host already). In a compiled program such a check is a host callback, and JAX never
+    writes a program holding one to the persistent compilation cache: every flow would compile afresh in every
+    process. Only ``equinox.internal.error_if`` (diffrax's input checks) is replaced, not ``equinox.error_if``, so
+    runtime checks in a model or a loss still raise."""
+    import equinox.internal as eqxi
+
+    original = eqxi.error_if
+    eqxi.error_if = lambda x, pred, msg: x
+    try:
+        yield
+    finally:
+        eqxi.error_if = original
 
 
 def _not_differentiable(tree, message: str):
@@ -265,29 +310,36 @@ def _stages(solver) -> int:
     return tableau.num_stages - (1 if tableau.fsal else 0)
 
 
-def _raise_if_diverged(out: FlowSolution, diverged, failed, final_loss, final_norm, result):
-    if isinstance(diverged, jax.core.Tracer):
-        out = eqx.error_if(out, diverged, "gradient flow diverged (non-finite or exploding loss, parameters or "
+def check_flow(sol: FlowSolution) -> FlowSolution:
+    """``sol`` unchanged if its flow (every flow, for a batch) neither diverged nor failed; else raise
+    ``FloatingPointError`` (divergence) or ``RuntimeError`` (solver failure) naming the time and the quantity.
+    On traced values (under ``jit``) an ``eqx.error_if`` runtime error instead."""
+    if isinstance(sol.diverged, jax.core.Tracer):
+        sol = eqx.error_if(sol, sol.diverged, "gradient flow diverged (non-finite or exploding loss, parameters or "
                            "gradient); call gradient_flow outside jit to get the time and the quantity.")
-        return eqx.error_if(out, failed, "gradient flow stopped before t1 (solver failure); for stiff flows "
+        return eqx.error_if(sol, sol.solver_failed, "gradient flow stopped before t1 (solver failure); for stiff flows "
                             "use solver='kvaerno5' or raise max_steps.")
-    t = float(np.max(np.asarray(out.t_final)))
-    if bool(np.any(np.asarray(diverged))):
-        loss, norm = np.asarray(final_loss), np.asarray(final_norm)
+    t = float(np.max(np.asarray(sol.t_final)))
+    if bool(np.any(np.asarray(sol.diverged))):
+        # the save times after the stop hold the final state, so the last saved loss is the final one
+        loss = np.asarray(sol.losses)[..., -1]
+        batch = np.ndim(sol.t_final)  # leading axes of a vmapped batch of flows
+        leaves = jax.tree_util.tree_leaves(eqx.filter(sol.final, eqx.is_inexact_array))
+        norm = np.sqrt(sum(np.sum(np.asarray(x, float) ** 2, axis=tuple(range(batch, np.ndim(x)))) for x in leaves))
         if not np.all(np.isfinite(loss)):
             what = f"loss = {loss}"
         elif not np.all(np.isfinite(norm)):
             what = f"‖θ‖ = {norm}"
         else:
-            what = (f"‖∇L‖ grew from {np.asarray(out.grad_norms)[..., 0]} to {np.asarray(out.grad_norms)[..., -1]}, "
+            what = (f"‖∇L‖ grew from {np.asarray(sol.grad_norms)[..., 0]} to {np.asarray(sol.grad_norms)[..., -1]}, "
                     f"‖θ‖ = {norm}, loss = {loss}")
         raise FloatingPointError(
             f"gradient flow diverged at t = {t:.6g}: {what}. Reduce the initialization scale or the time "
             "horizon; the loss has no finite minimizer along this trajectory."
         )
-    if bool(np.any(np.asarray(failed))):
+    if bool(np.any(np.asarray(sol.solver_failed))):
         raise RuntimeError(
-            f"gradient flow stopped at t = {t:.6g} before t1 (diffrax: {result}). For stiff flows use "
+            f"gradient flow stopped at t = {t:.6g} before t1 (diffrax: {sol.result}). For stiff flows use "
             "solver='kvaerno5', or raise max_steps / loosen rtol."
         )
-    return out
+    return sol
