@@ -34,7 +34,7 @@ import numpy as np
 
 from ._io import atomic_output, atomic_write_text
 
-__all__ = ["sweep", "flatten_grid", "SweepConfigError", "raise_if_diverged"]
+__all__ = ["sweep", "flatten_grid", "SweepConfigError"]
 
 
 class SweepConfigError(ValueError):
@@ -63,23 +63,6 @@ def flatten_grid(grid: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[s
     idx = np.meshgrid(*[np.arange(v.size) for v in axes.values()], indexing="ij")
     points = {name: vals[i.reshape(-1)] for (name, vals), i in zip(axes.items(), idx)}
     return axes, points
-
-
-def raise_if_diverged(steps, what: str = "training loss") -> None:
-    """Raise ``FloatingPointError`` naming the grid point and the step, if any entry of ``steps`` (an
-    ``xarray.DataArray`` of :func:`jaxicl.dynamics.first_nonfinite_step` over a sweep's grid) is not −1.
-
-    The host-side half of a divergence check that keeps the swept program free of host callbacks, so the
-    persistent compilation cache can hold it."""
-    bad = np.argwhere(np.asarray(steps) >= 0)
-    if len(bad):
-        at = tuple(bad[0])
-        point = ", ".join(f"{d}={steps[d].values[i].item()!r}" if d in steps.coords else f"{d}={i}"
-                          for d, i in zip(steps.dims, at))
-        raise FloatingPointError(
-            f"training diverged: {what} is not finite from step {int(np.asarray(steps)[at])} on at {point} "
-            f"({len(bad)} of {np.asarray(steps).size} grid points diverged). Reduce the step size / learning rate "
-            "or the initialization scale.")
 
 
 def _code_digest(code, h=None):

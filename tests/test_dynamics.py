@@ -10,7 +10,6 @@ import pytest
 import xarray as xr
 
 import jaxicl as icl
-from jaxicl.sweep import raise_if_diverged
 from jaxicl.theory import zhang
 from conftest import random_spd
 
@@ -155,9 +154,9 @@ def test_unchecked_training_is_cacheable_and_the_host_still_names_the_diverging_
     expected = int(re.search(r"at step (\d+)", str(eager.value)).group(1))
     steps = jax.jit(jax.vmap(lambda e: icl.dynamics.first_nonfinite_step(run(e, False))))(jnp.array([0.1, 10.0, 0.5]))
     assert steps.tolist() == [-1, expected, -1] and 0 < expected < 400  # |1 − 30|^k overflows float32 mid-run
-    raise_if_diverged(xr.DataArray(np.array([-1, -1]), coords={"eta": [0.1, 0.5]}, dims="eta"))  # none diverged
+    icl.dynamics.raise_if_diverged(xr.DataArray(np.array([-1, -1]), coords={"eta": [0.1, 0.5]}, dims="eta"))  # none diverged
     with pytest.raises(FloatingPointError, match=rf"from step {expected} on at eta=10.0 \(1 of 3 grid points"):
-        raise_if_diverged(xr.DataArray(np.asarray(steps), coords={"eta": [0.1, 10.0, 0.5]}, dims="eta"))
+        icl.dynamics.raise_if_diverged(xr.DataArray(np.asarray(steps), coords={"eta": [0.1, 10.0, 0.5]}, dims="eta"))
 
 
 def test_optax_training_on_fresh_samples_approaches_the_exact_minimum():

@@ -1,6 +1,6 @@
 """Training dynamics: diffrax gradient flow, gradient descent, optax training, fixed-set optimizers."""
 
-from .descent import check_finite_curve, first_nonfinite_step, gradient_descent, optax_train
+from .descent import check_finite_curve, first_nonfinite_step, gradient_descent, optax_train, raise_if_diverged
 from .fit import FitResult, lbfgs, levenberg_marquardt, optax_fit
 from .flow import FlowSolution, check_flow, gradient_flow, log_time_grid
 
@@ -17,6 +17,7 @@ __all__ = [
     "log_time_grid",
     "optax_fit",
     "optax_train",
+    "raise_if_diverged",
 ]
 from .train import Curriculum, TrainResult, cast_floating, load_checkpoint, save_checkpoint, step_seconds, train
 

@@ -16,6 +16,9 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 
+_DIVERGED_HINT = "Reduce the step size / learning rate or the initialization scale."
+
+
 def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: int = 1):
     """Raise ``FloatingPointError`` naming the first step whose ``what`` is not finite (``losses[i]`` is
     step ``first_step + every · i``: ``every`` is the recording interval).
@@ -32,7 +35,7 @@ def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: i
         step = int(np.argmax(flat))
         raise FloatingPointError(
             f"training diverged: {what} is {arr.reshape(arr.shape[0], -1)[step].ravel()[:4]} at step "
-            f"{first_step + every * step}. Reduce the step size / learning rate or the initialization scale."
+            f"{first_step + every * step}. {_DIVERGED_HINT}"
         )
     return losses
 
@@ -40,9 +43,23 @@ def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: i
 def first_nonfinite_step(losses, first_step: int = 0) -> Array:
     """``first_step`` + the index of the first entry of ``losses`` (along its leading axis) that is not finite, or
     −1 when all are. Traceable and free of host callbacks: a jitted or swept program returns it, and the host
-    raises naming the step (:func:`jaxicl.sweep.raise_if_diverged` for a sweep's outputs)."""
+    raises naming the step (:func:`raise_if_diverged` for a sweep's outputs)."""
     bad = ~jnp.isfinite(losses).reshape(losses.shape[0], -1).all(axis=1)
     return jnp.where(bad.any(), first_step + jnp.argmax(bad), -1)
+
+
+def raise_if_diverged(steps, what: str = "training loss") -> None:
+    """Raise ``FloatingPointError`` naming the grid point and the step, if any entry of ``steps`` (an
+    ``xarray.DataArray`` of :func:`first_nonfinite_step` over a sweep's grid) is not −1: the host-side half of a
+    divergence check that keeps the swept program free of host callbacks, so the persistent cache can hold it."""
+    values = np.asarray(steps)
+    bad = np.argwhere(values >= 0)
+    if len(bad):
+        at = tuple(bad[0])
+        point = ", ".join(f"{d}={steps[d].values[i].item()!r}" if d in steps.coords else f"{d}={i}"
+                          for d, i in zip(steps.dims, at))
+        raise FloatingPointError(f"training diverged: {what} is not finite from step {int(values[at])} on at {point} "
+                                 f"({len(bad)} of {values.size} grid points diverged). {_DIVERGED_HINT}")
 
 
 def per_leaf(value, params: PyTree) -> PyTree:

@@ -24,7 +24,7 @@ import xarray as xr
 from .. import dynamics, losses, tasks
 from ..losses.restricted import GaussianXBatch, fixed_gram_population_loss, gaussian_x_errors, gaussian_x_mc
 from ..models import LinearTransformer
-from ..sweep import raise_if_diverged, sweep
+from ..sweep import sweep
 from ..theory import gatmiry as G
 from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
@@ -135,7 +135,7 @@ def fig1_sweep(cfg: Config, key, progress: bool = False) -> xr.Dataset:
     grid = {"kappa": list(cfg.kappas), "depth": list(cfg.depths), "looped": [0, 1], "seed": list(range(cfg.seeds))}
     ds = sweep(run, grid, key=key, progress=progress, meta={"paper": NAME, "figure": 1, "config": dataclasses.asdict(cfg)},
                output_dims={"curve": ("window",), "A": ("layer", "i", "j")})
-    raise_if_diverged(ds.diverged_at, "the Fig. 1 training loss")
+    dynamics.raise_if_diverged(ds.diverged_at, "the Fig. 1 training loss")
     return ds
 
 
@@ -202,7 +202,7 @@ def fig2_sweep(cfg: Config, key, progress: bool = False) -> xr.Dataset:
     ds = sweep(run, grid, key=key, progress=progress, meta={"paper": NAME, "figure": 2, "config": dataclasses.asdict(cfg)},
                output_dims={n: ("w",) for n in ("test_loss", "test_se", "test_median", "fixed_gram_loss")},
                output_coords={"w": np.asarray(cfg.fig2_windows)})
-    raise_if_diverged(ds.diverged_at, "the Fig. 2 training loss")
+    dynamics.raise_if_diverged(ds.diverged_at, "the Fig. 2 training loss")
     theory = np.zeros((len(cfg.fig2_ks), len(cfg.fig2_windows)))
     for i, k in enumerate(cfg.fig2_ks):  # the looped fixed-Gram minimiser, evaluated exactly on each window
         a, _ = G.looped_optimum(np.linspace(1, 8, k), np.full(k, 1 / k), L)
