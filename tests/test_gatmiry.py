@@ -135,6 +135,16 @@ def test_gaussian_x_estimator_matches_plain_monte_carlo():
 
 
 # --- constructions and optima ---------------------------------------------------------------------------
+def test_worst_case_error_finds_peaks_between_grid_points():
+    """The golden-section refinement (all brackets at once) finds maxima the grid misses: two Lorentzian peaks
+    of heights 1 and 2 at 1.537 and 1.2213, width 0.001, on [1, 2] with a grid of spacing 0.1 (grid values below 0.005)."""
+    peak = lambda s, c, w: 1 / (1 + ((s - c) / w) ** 2)  # noqa: E731
+    fn = lambda s: peak(s, 1.537, 1e-3) + 2 * peak(s, 1.2213, 1e-3)  # noqa: E731
+    assert np.max(fn(np.linspace(1, 2, 11))) < 5e-3
+    assert G.worst_case_error(fn, 1.0, 2.0, grid=11) == pytest.approx(fn(np.array([1.2213]))[0], rel=1e-12)
+    assert G.worst_case_error(lambda s: -fn(s), 1.3, 2.0, grid=8) == pytest.approx(fn(np.array([1.537]))[0], rel=1e-12)
+
+
 @pytest.mark.parametrize("kappa", [10.0, 100.0, 1000.0])
 def test_worst_case_error_of_constructions(kappa):
     """Through the model: max over s ∈ [1, κ] of the error equals the formula (Thms 2, 5); Newton (Thm 4)."""

@@ -105,27 +105,23 @@ def residual_polynomial(steps, s):
     return np.prod(1 - steps[:, None] * s[None, :], axis=0)
 
 
-def worst_case_error(fn, alpha, beta, grid: int = 20001, refine: int = 60) -> float:
+def worst_case_error(fn, alpha, beta, grid: int = 20001, refine: int = 60, candidates: int = 8) -> float:
     """max_{s∈[α,β]} |fn(s)| for a vectorised ``fn``: a grid, then golden-section refinement
-    around each of the best grid points (each local maximum is bracketed by its neighbours)."""
+    around each of the ``candidates`` best grid points (each local maximum is bracketed by its neighbours).
+    The brackets are refined together, one call of ``fn`` per golden-section step (a jitted ``fn`` is then
+    dispatched ``refine`` times, not ``candidates × refine`` times)."""
     _check_interval(alpha, beta)
     s = np.linspace(alpha, beta, grid)
     v = np.abs(np.asarray(fn(s), float))
-    best = float(v.max())
     h = s[1] - s[0]
-    cand = np.argsort(v)[-8:]
+    cand = np.argsort(v)[-int(candidates):]
+    a, b = np.maximum(alpha, s[cand] - h), np.minimum(beta, s[cand] + h)
     g = (np.sqrt(5) - 1) / 2
-    for i in cand:
-        a, b = max(alpha, s[i] - h), min(beta, s[i] + h)
-        for _ in range(refine):
-            c, d = b - g * (b - a), a + g * (b - a)
-            fc, fd = np.abs(fn(np.array([c, d])))
-            if fc >= fd:
-                b = d
-            else:
-                a = c
-        best = max(best, float(np.abs(fn(np.array([(a + b) / 2])))[0]))
-    return best
+    for _ in range(refine):
+        c, d = b - g * (b - a), a + g * (b - a)
+        fc, fd = np.split(np.abs(np.asarray(fn(np.concatenate([c, d])), float)), 2)
+        a, b = np.where(fc >= fd, a, c), np.where(fc >= fd, d, b)
+    return max(float(v.max()), float(np.max(np.abs(np.asarray(fn((a + b) / 2), float)))))
 
 
 def model_relative_error(model: LinearTransformer, Sigma, w, x_q, n: int):
