@@ -118,6 +118,22 @@ def test_thm4_family_loss_matches_the_exact_single_layer_loss():
     assert abs(float(est - icl.population_loss(model, task))) < 4 * se
 
 
+def test_thm4_family_optimum_is_a_critical_point_of_the_sample_loss():
+    """The optimum found through the power sums is a minimum of thm4_family_loss on the sample itself (float64):
+    its loss there agrees to rounding, the sample loss's gradient vanishes and its Hessian is positive definite."""
+    with jax.enable_x64(True):
+        ev = ahn.whitened_gram_eigenvalues(jax.random.fold_in(KEY, 2), 5, 20, 50_000, dtype=jnp.float64)
+        for L in (1, 3):
+            a, loss = ahn.thm4_family_optimum(ev, L)
+            direct = ahn.thm4_family_loss(a, ev)
+            assert float(loss) == pytest.approx(float(direct), rel=1e-12)
+            assert float(jnp.abs(jax.grad(ahn.thm4_family_loss)(a, ev)).max()) < 1e-9
+            assert float(jnp.linalg.eigvalsh(jax.hessian(ahn.thm4_family_loss)(a, ev)).min()) > 0
+        # L = 1: the optimum is a = E Σλ / E Σλ² in closed form
+        a1, _ = ahn.thm4_family_optimum(ev, 1)
+        assert float(a1[0]) == pytest.approx(float(jnp.mean(jnp.sum(ev, -1)) / jnp.mean(jnp.sum(ev**2, -1))), rel=1e-10)
+
+
 def test_baselines():
     d, n = 4, 10
     task = LinearRegression(d, n, random_spd(KEY, d))

@@ -148,17 +148,38 @@ def thm4_family_loss(a: Float[Array, " L"], eigenvalues: Float[Array, "batch d"]
     return 0.5 * jnp.mean(jnp.sum(p**2, axis=-1))
 
 
+def eigenvalue_power_sums(eigenvalues: Float[Array, "batch d"], max_power: int) -> np.ndarray:
+    """μ_m = mean over the sample of Σ_k λ_k^m, m = 0 … ``max_power`` (numpy, float64)."""
+    ev = np.asarray(eigenvalues, np.float64)
+    return np.array([np.mean(np.sum(ev**m, axis=-1)) for m in range(int(max_power) + 1)])
+
+
 def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
     """argmin_a and min of :func:`thm4_family_loss` (L-BFGS from a spread start: the loss is
-    symmetric in the a_i, so a start with equal entries would stay on the diagonal a_i = a)."""
+    symmetric in the a_i, so a start with equal entries would stay on the diagonal a_i = a).
+
+    Π_i (1 − a_i λ)² is a polynomial of degree 2L in λ, so the sample loss is ½ Σ_m c_m(a) μ_m with the
+    power sums μ_m of :func:`eigenvalue_power_sums`: the same function of a, evaluated in float64 at O(L²)
+    cost whatever the sample size (on 200,000 samples in float32 each L-BFGS iteration re-read the sample,
+    up to 20 times per line search once converged: 50 s for Ahn et al.'s quick reproduction). Returns a
+    and the loss in the eigenvalues' dtype."""
     from ..dynamics import lbfgs
 
-    def f(a):
-        return thm4_family_loss(a, eigenvalues)
+    L = int(n_layers)
+    mu = eigenvalue_power_sums(eigenvalues, 2 * L)
+    dtype = jnp.asarray(eigenvalues).dtype
+    with jax.enable_x64(True):
+        mu = jnp.asarray(mu, jnp.float64)
 
-    a0 = jnp.linspace(0.3, 1.5, n_layers, dtype=eigenvalues.dtype)
-    a = lbfgs(f, a0, n_steps).params
-    return a, f(a)
+        def f(a):  # coefficients of p(λ) = Π_i (1 − a_i λ), lowest power first, then of p²
+            c = jnp.ones(1, a.dtype)
+            for i in range(L):
+                c = jnp.convolve(c, jnp.stack([jnp.ones((), a.dtype), -a[i]]))
+            return 0.5 * jnp.convolve(c, c) @ mu
+
+        a = lbfgs(f, jnp.linspace(0.3, 1.5, L, dtype=jnp.float64), n_steps).params
+        loss = f(a)
+    return jnp.asarray(a, dtype), jnp.asarray(loss, dtype)
 
 
 def off_diagonal_mass(A: Float[Array, "... d d"]) -> Float[Array, "..."]:
