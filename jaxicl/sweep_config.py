@@ -106,7 +106,7 @@ def run_config(cfg: dict, progress: bool | None = None):
     """Run the sweep of a validated config; writes dataset.nc and plot.png; returns the dataset."""
     import jax
 
-    from .experiments.lsa_sweep import LSAFlowPoint
+    from .experiments.lsa_sweep import LSAFlowPoint, raise_if_any_flow_failed
     from .experiments.report import save_dataset, save_figure
     from .sweep import sweep
 
@@ -125,6 +125,7 @@ def run_config(cfg: dict, progress: bool | None = None):
         ds = sweep(run_fn, grid, chunk_size=cfg["outputs"]["chunk_size"], out=out / "chunks",
                    meta={k: cfg[k] for k in ("task", "model", "dynamics")}, output_dims={"loss_curve": ("save",)},
                    progress=progress)
+    raise_if_any_flow_failed(ds)
     save_dataset(ds, out / "dataset.nc")
     save_figure(default_plot(ds), out / "plot.png")
     return ds

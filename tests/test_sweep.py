@@ -106,14 +106,36 @@ def test_different_parameters_under_the_same_out_are_an_error(tmp_path):
 
 
 def test_lsa_example_converged_loss_equals_zhang_closed_form_at_every_point():
-    from jaxicl.experiments.lsa_sweep import LSAFlowPoint
+    from jaxicl.experiments.lsa_sweep import LSAFlowPoint, raise_if_any_flow_failed
 
     point = LSAFlowPoint(d=3, t1=1000.0, rtol=1e-10, atol=1e-12, n_save=4)
     grid = {"kappa": [1.0, 4.0, 16.0], "n_context": [5, 20], "seed": [0]}
     ds = icl.sweep(lambda kappa, n_context, seed, key: point(kappa, n_context, key), grid,
                    output_dims={"loss_curve": ("save",)})
+    raise_if_any_flow_failed(ds)
     rel = np.abs(ds["final_loss"] - ds["theory_min_loss"]) / ds["theory_min_loss"]
     assert float(rel.max()) <= 1e-6, rel.values
+
+
+def test_lsa_flow_failures_are_raised_on_the_host_naming_the_grid_point():
+    """The LSA example's program returns the flows' failure flags (no host callback, so it can be cached); the
+    host check names the first failing point."""
+    import xarray as xr
+
+    from jaxicl.experiments.lsa_sweep import raise_if_any_flow_failed
+
+    coords = {"kappa": [1.0, 4.0], "n_context": [5, 20]}
+    ok = np.zeros((2, 2), bool)
+    diverged = ok.copy()
+    diverged[1, 0] = True
+    ds = xr.Dataset({"flow_diverged": (("kappa", "n_context"), diverged), "flow_solver_failed": (("kappa", "n_context"), ok)},
+                    coords=coords)
+    with pytest.raises(FloatingPointError, match=r"diverged .* at kappa=4.0, n_context=5 \(1 of 4 grid points\)"):
+        raise_if_any_flow_failed(ds)
+    ds = xr.Dataset({"flow_diverged": (("kappa", "n_context"), ok), "flow_solver_failed": (("kappa", "n_context"), ~ok)},
+                    coords=coords)
+    with pytest.raises(RuntimeError, match=r"stopped before t1.* at kappa=1.0, n_context=5 \(4 of 4"):
+        raise_if_any_flow_failed(ds)
 
 
 def test_two_local_processes_form_a_cluster_and_both_get_the_full_dataset(tmp_path):

@@ -11,6 +11,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..dynamics import gradient_flow
 from ..losses import lsa_population_loss
@@ -43,9 +44,27 @@ class LSAFlowPoint:
         m0 = LinearSelfAttention.balanced_init(self.d, 1.0, key)
         m0 = jax.tree_util.tree_map(lambda w: sigma * w, m0)  # σ traced: scale the unit-σ init
         sol = gradient_flow(lambda m: lsa_population_loss(m, lam, n_context), m0, self.t1,
-                            n_save=self.n_save, rtol=self.rtol, atol=self.atol, solver=self.solver)
+                            n_save=self.n_save, rtol=self.rtol, atol=self.atol, solver=self.solver,
+                            check=False)  # checked on the host (raise_if_any_flow_failed): the program stays cacheable
         return {
             "final_loss": sol.losses[-1],
             "theory_min_loss": zhang.min_population_loss(lam, n_context),
             "loss_curve": sol.losses,
+            "flow_diverged": sol.diverged,
+            "flow_solver_failed": sol.solver_failed,
         }
+
+
+def raise_if_any_flow_failed(ds) -> None:
+    """The host half of the flows' check, for a dataset of :class:`LSAFlowPoint` outputs: ``FloatingPointError``
+    naming the first grid point whose flow diverged, ``RuntimeError`` for one whose solver stopped before t1.
+    (Checked inside the program, the check would be a host callback, and JAX does not cache such programs.)"""
+    failures = (("flow_diverged", FloatingPointError, "diverged (non-finite or exploding loss, parameters or gradient)"),
+                ("flow_solver_failed", RuntimeError, "stopped before t1 (solver failure: loosen rtol and atol, or shorten t1; "
+                                                     "the flow is stiff for explicit solvers)"))
+    for var, error, what in failures:
+        flags = ds[var]
+        bad = np.argwhere(np.asarray(flags))
+        if len(bad):
+            point = ", ".join(f"{d}={flags[d].values[i].item()!r}" for d, i in zip(flags.dims, bad[0]))
+            raise error(f"gradient flow {what} at {point} ({len(bad)} of {flags.size} grid points).")
