@@ -44,12 +44,25 @@ def _cmd_reproduce(args) -> int:
     if args.budget is not None and not args.budget > 0:
         print(f"jaxicl: --budget must be a positive number of minutes, got {args.budget}", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print(f"jaxicl: --jobs must be a positive number of processes, got {args.jobs}", file=sys.stderr)
+        return 2
     _use_cache(args)
-    results = reproduce(names, size=size, out=args.out, progress=args.progress or sys.stderr.isatty(),
-                        budget_minutes=args.budget, transformers=not args.skip_transformers)
+    child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
+    results = reproduce(names, size=size, out=args.out, progress=args.progress or (sys.stderr.isatty() and not child),
+                        budget_minutes=args.budget, transformers=not args.skip_transformers, jobs=args.jobs,
+                        write_report=not child)
+    if child:
+        import pickle
+
+        from ._io import atomic_output
+
+        with atomic_output(args.result_file) as tmp:
+            Path(tmp).write_bytes(pickle.dumps(results))
     report = Path(args.out) / "report.md"
     failed = [(r.name, c.claim) for r in results for c in r.checks if c.passed is False]
-    print(f"[jaxicl] report: {report.resolve()}")
+    if not child:
+        print(f"[jaxicl] report: {report.resolve()}")
     for name, claim in failed:
         print(f"[jaxicl] FAILED {name}: {claim}", file=sys.stderr)
     if failed:
@@ -104,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-transformers", action="store_true",
                    help="leave out the figures that train softmax transformers (Zhang Fig. 1, Yang Figs. 2(b)/5, "
                         "AlgoFormer): the theory and the linear models only")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run up to N papers at once, each in its own process (default 1); the report is the same")
+    p.add_argument("--result-file", default=None, help=argparse.SUPPRESS)  # a --jobs parent's per-paper process
     _add_cache_options(p)
     p.set_defaults(func=_cmd_reproduce)
     p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config)")

@@ -96,3 +96,62 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 11
     assert xr.load_dataset(tmp_path / "algoformer" / "fig5.nc", engine="h5netcdf").sizes == {"sigma": 3, "iteration": 20}
     assert xr.load_dataset(tmp_path / "algoformer" / "fig3.nc", engine="h5netcdf").sizes == {"setting": 2, "loops": 4}
+
+
+def test_jobs_must_be_positive(capsys):
+    assert cli.main(["reproduce", "ahn2023", "--jobs", "0", "--out", "unused", "--no-cache"]) == 2
+    assert "--jobs must be a positive" in capsys.readouterr().err
+
+
+def _fake_paper(name, passed=True):
+    from jaxicl.experiments import Check, PaperResult
+
+    return PaperResult(name, f"title of {name}", "quick", [Check(f"claim of {name}", "1", "1", "exact", passed)], [], [])
+
+
+def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_path, monkeypatch):
+    """The orchestration of ``--jobs``: one process per paper (here a stand-in that pickles a result, the second
+    slower than the first so they finish out of order), results and report.md in the order given; a process that
+    dies without a result is an error naming the paper, raised after the others have finished."""
+    import pickle
+    import sys
+
+    import jaxicl.experiments as E
+
+    def fake_child(name, size, out, progress, end, transformers, result_file):
+        delay = {"ahn2023": 1.0, "gatmiry2024": 0.0, "zhang2023": 0.0}[name]
+        if name == "zhang2023":
+            return [sys.executable, "-c", "import sys; sys.exit(7)"]
+        data = pickle.dumps([_fake_paper(name)])
+        return [sys.executable, "-c", f"import time; time.sleep({delay}); open({str(result_file)!r}, 'wb').write({data!r})"]
+
+    monkeypatch.setattr(E, "_child_command", fake_child)
+    results = E.reproduce(["ahn2023", "gatmiry2024"], out=tmp_path, jobs=2)
+    assert [r.name for r in results] == ["ahn2023", "gatmiry2024"]
+    report = (tmp_path / "report.md").read_text()
+    assert report.index("## ahn2023") < report.index("## gatmiry2024")
+    with pytest.raises(RuntimeError, match="the zhang2023 reproduction's process exited with status 7"):
+        E.reproduce(["gatmiry2024", "zhang2023", "ahn2023"], out=tmp_path / "crash", jobs=2)
+    report = (tmp_path / "crash" / "report.md").read_text()  # the papers that finished are kept
+    assert "## gatmiry2024" in report and "## ahn2023" in report and "## zhang2023" not in report
+
+
+def test_a_jobs_child_pickles_its_result_and_leaves_the_report_to_its_parent(tmp_path, monkeypatch, capsys):
+    import pickle
+
+    import jaxicl.experiments as E
+
+    calls = {}
+
+    def fake_reproduce(names, **kwargs):
+        calls.update(kwargs)
+        return [_fake_paper(n, passed=False) for n in names]
+
+    monkeypatch.setattr(E, "reproduce", fake_reproduce)
+    result_file = tmp_path / "r.pkl"
+    rc = cli.main(["reproduce", "ahn2023", "--out", str(tmp_path), "--no-cache", "--result-file", str(result_file)])
+    assert rc == 1  # a failed check: the parent reads the result and reports it
+    assert calls["write_report"] is False and calls["jobs"] == 1
+    (res,) = pickle.loads(result_file.read_bytes())
+    assert res.name == "ahn2023" and res.checks[0].passed is False
+    assert "[jaxicl] report:" not in capsys.readouterr().out

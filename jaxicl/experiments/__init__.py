@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import time
 from pathlib import Path
 
@@ -32,13 +33,17 @@ def _trains(module) -> bool:
 
 
 def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
-              budget_minutes: float | None = None, transformers: bool = True) -> list[PaperResult]:
+              budget_minutes: float | None = None, transformers: bool = True, jobs: int = 1,
+              write_report: bool = True) -> list[PaperResult]:
     """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
 
     ``budget_minutes``: wall clock for the whole call; the papers that train transformers share what is left of
     it when each starts (equal shares), and train each model for its share, checkpointed: the same call again
     resumes. Figures from unfinished models are drawn and marked "partial" (``PaperResult.partial``).
-    ``transformers=False`` leaves out every figure that trains softmax transformers (and papers made only of them)."""
+    ``transformers=False`` leaves out every figure that trains softmax transformers (and papers made only of them).
+    ``jobs`` > 1 runs up to that many papers at once, each in its own ``jaxicl reproduce NAME`` process (see
+    :func:`_run_in_processes`); the results and the report are those of a sequential run, in the order given.
+    ``write_report=False`` leaves ``out/report.md`` alone (the per-paper processes of ``jobs`` > 1)."""
     names = list(names) if names else available()
     unknown = [n for n in names if n not in REPRODUCTIONS]
     if unknown:
@@ -47,11 +52,15 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         raise ValueError(f"size must be 'quick' or 'full', got {size!r}.")
     if budget_minutes is not None and not budget_minutes > 0:
         raise ValueError(f"budget_minutes must be positive, got {budget_minutes}.")
+    if int(jobs) != jobs or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs}.")
     out = Path(out)
     modules = {name: importlib.import_module(REPRODUCTIONS[name][0]) for name in names}
     if not transformers:
         modules = {n: m for n, m in modules.items() if not getattr(m, "TRANSFORMERS_ONLY", False)}
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
+    if jobs > 1 and len(modules) > 1:
+        return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs))
     results = []
     for i, (name, module) in enumerate(modules.items()):
         print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
@@ -73,8 +82,62 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         for fig, status in res.partial.items():
             print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)
         results.append(res)
-        atomic_write_text(out / "report.md", render_markdown(results))  # keep finished papers if interrupted
+        if write_report:
+            atomic_write_text(out / "report.md", render_markdown(results))  # keep finished papers if interrupted
     return results
+
+
+def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
+                   result_file: Path) -> list[str]:
+    """``jaxicl reproduce NAME`` as a process that pickles its result to ``result_file`` and writes no report.md,
+    with this process's size, output directory, budget end and compilation cache."""
+    import jax
+
+    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
+           "--result-file", str(result_file)]
+    cmd += ["--progress"] if progress else []
+    cmd += [] if transformers else ["--skip-transformers"]
+    cmd += [] if end is None else ["--budget", repr(max(end - time.time(), 0.06) / 60)]
+    cache = jax.config.jax_compilation_cache_dir
+    return cmd + (["--cache-dir", str(cache)] if cache else ["--no-cache"])
+
+
+def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
+                      transformers: bool, jobs: int) -> list[PaperResult]:
+    """Each paper in its own process, up to ``jobs`` at once, all sharing the persistent compilation cache.
+
+    Several processes use a machine better than one: XLA compiles on one thread, and the reproductions' many small
+    programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
+    names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
+    whole call's wall clock: a paper that starts later gets what is left of it. A process that fails (not a failed
+    check: a crash) raises ``RuntimeError`` naming the paper once the others have finished."""
+    import pickle
+    import subprocess
+    import tempfile
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    results: dict[str, PaperResult] = {}
+    lock = threading.Lock()
+    with tempfile.TemporaryDirectory(prefix="jaxicl-results-") as tmp:
+
+        def one(name):
+            result_file = Path(tmp) / f"{name}.pkl"
+            rc = subprocess.run(_child_command(name, size, out, progress, end, transformers, result_file)).returncode
+            if not result_file.exists():
+                raise RuntimeError(f"the {name} reproduction's process exited with status {rc} before it finished")
+            with open(result_file, "rb") as f:
+                (res,) = pickle.load(f)
+            with lock:
+                results[name] = res
+                atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(one, name) for name in names]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]
+    return [results[n] for n in names]
 
 
 __all__ = ["Check", "PaperResult", "REPRODUCTIONS", "available", "reproduce"]
