@@ -48,18 +48,27 @@ def first_nonfinite_step(losses, first_step: int = 0) -> Array:
     return jnp.where(bad.any(), first_step + jnp.argmax(bad), -1)
 
 
+def first_flagged_point(flags):
+    """``(index, "dim=value, …", count)`` for the first true entry of a boolean ``xarray.DataArray`` over a sweep's
+    grid (``count``: how many are true), or ``None``: the host side of the checks a swept program returns as flags."""
+    bad = np.argwhere(np.asarray(flags))
+    if not len(bad):
+        return None
+    at = tuple(bad[0])
+    point = ", ".join(f"{d}={flags[d].values[i].item()!r}" if d in flags.coords else f"{d}={i}"
+                      for d, i in zip(flags.dims, at))
+    return at, point, len(bad)
+
+
 def raise_if_diverged(steps, what: str = "training loss") -> None:
     """Raise ``FloatingPointError`` naming the grid point and the step, if any entry of ``steps`` (an
     ``xarray.DataArray`` of :func:`first_nonfinite_step` over a sweep's grid) is not −1: the host-side half of a
     divergence check that keeps the swept program free of host callbacks, so the persistent cache can hold it."""
-    values = np.asarray(steps)
-    bad = np.argwhere(values >= 0)
-    if len(bad):
-        at = tuple(bad[0])
-        point = ", ".join(f"{d}={steps[d].values[i].item()!r}" if d in steps.coords else f"{d}={i}"
-                          for d, i in zip(steps.dims, at))
-        raise FloatingPointError(f"training diverged: {what} is not finite from step {int(values[at])} on at {point} "
-                                 f"({len(bad)} of {values.size} grid points diverged). {_DIVERGED_HINT}")
+    found = first_flagged_point(steps >= 0)
+    if found is not None:
+        at, point, n_bad = found
+        raise FloatingPointError(f"training diverged: {what} is not finite from step {int(np.asarray(steps)[at])} on "
+                                 f"at {point} ({n_bad} of {steps.size} grid points diverged). {_DIVERGED_HINT}")
 
 
 def per_leaf(value, params: PyTree) -> PyTree:

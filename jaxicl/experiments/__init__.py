@@ -134,9 +134,9 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(one, name) for name in names]
-        errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]
+    for future in futures:  # the first crash, once every paper has finished
+        if future.exception() is not None:
+            raise future.exception()
     return [results[n] for n in names]
 
 

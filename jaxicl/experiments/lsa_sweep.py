@@ -11,9 +11,9 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..dynamics import gradient_flow
+from ..dynamics.descent import first_flagged_point
 from ..losses import lsa_population_loss
 from ..models import LinearSelfAttention
 from ..theory import zhang
@@ -63,8 +63,7 @@ def raise_if_any_flow_failed(ds) -> None:
                 ("flow_solver_failed", RuntimeError, "stopped before t1 (solver failure: loosen rtol and atol, or shorten t1; "
                                                      "the flow is stiff for explicit solvers)"))
     for var, error, what in failures:
-        flags = ds[var]
-        bad = np.argwhere(np.asarray(flags))
-        if len(bad):
-            point = ", ".join(f"{d}={flags[d].values[i].item()!r}" for d, i in zip(flags.dims, bad[0]))
-            raise error(f"gradient flow {what} at {point} ({len(bad)} of {flags.size} grid points).")
+        found = first_flagged_point(ds[var])
+        if found is not None:
+            _, point, n_bad = found
+            raise error(f"gradient flow {what} at {point} ({n_bad} of {ds[var].size} grid points).")
