@@ -177,3 +177,43 @@ def test_optax_train_divergence_is_an_error_under_jit():
     run = jax.jit(jax.vmap(lambda x0: icl.dynamics.optax_train(loss, x0, optax.sgd(1e3), 50, jax.random.PRNGKey(0))[1]))
     with pytest.raises(Exception, match="non-finite"):
         jax.block_until_ready(run(jnp.ones((2, 3))))
+
+
+def test_lbfgs_with_ftol_stops_once_converged_and_holds_each_vmapped_member_where_it_stopped():
+    """On a quadratic ½(x − b)ᵀA(x − b) L-BFGS reaches x = b in far fewer than 200 iterations: with ``ftol`` the
+    loop stops there (the recorded iterates repeat the final one from then on) and agrees with the full 200
+    iterations. Vmapped over a well and a badly conditioned A, each member equals its own unbatched run: the one
+    that stops first is held fixed while the other goes on."""
+    with jax.enable_x64(True):
+        d = 6
+        b = jnp.linspace(-1.0, 2.0, d)
+        well = random_spd(jax.random.PRNGKey(3), d, floor=1.0)
+        bad = jnp.diag(jnp.logspace(0.0, 4.0, d))
+
+        evaluations = [0]
+
+        def fit(A, **kw):
+            def loss(x):
+                jax.debug.callback(lambda: evaluations.__setitem__(0, evaluations[0] + 1))  # counts evaluations run
+                return 0.5 * (x - b) @ A @ (x - b)
+
+            return jax.block_until_ready(icl.dynamics.lbfgs(loss, jnp.zeros(d), 200, record=lambda x: x, **kw))
+
+        for A in (well, bad):
+            full, n_full = fit(A), evaluations[0]
+            early, n_early = fit(A, ftol=1e-14), evaluations[0] - n_full
+            assert n_full > 200 and n_early < n_full / 3  # 201 → 14 and 212 → 55 loss evaluations
+            # a loss decrease ≤ 1e-14 is a distance ~ √1e-14 = 1e-7 from the minimum (λ_min(A) ≥ 1)
+            np.testing.assert_allclose(early.params, b, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(full.params, b, rtol=0, atol=1e-9)
+            moved = np.flatnonzero(np.any(np.diff(np.asarray(early.records), axis=0) != 0, axis=1))
+            stop = moved.max() + 1  # the records from here on are the final parameters
+            np.testing.assert_array_equal(early.records[stop:], np.broadcast_to(early.params, (200 - stop, d)))
+            np.testing.assert_array_equal(early.losses[stop:], early.losses[-1])
+            assert np.all(np.diff(np.asarray(early.losses)) <= 0)
+
+        batched = jax.vmap(lambda A: fit(A, ftol=1e-14))(jnp.stack([well, bad]))
+        for i, A in enumerate((well, bad)):
+            alone = fit(A, ftol=1e-14)
+            np.testing.assert_array_equal(batched.params[i], alone.params)
+            np.testing.assert_array_equal(batched.losses[i], alone.losses)

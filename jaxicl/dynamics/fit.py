@@ -55,11 +55,17 @@ def optax_fit(
     *,
     record: Callable[[PyTree], Any] | None = None,
     linesearch: bool = False,
+    ftol: float | None = None,
 ) -> FitResult:
     """``n_steps`` of an optax optimizer on a deterministic loss (a fixed training set).
 
     ``linesearch=True`` for optimizers with a line search (``optax.lbfgs``): they reuse the value
-    and gradient stored in their state."""
+    and gradient stored in their state.
+
+    ``ftol``: stop early, once an iteration lowers the loss by at most ``ftol · max(|loss|, 1)`` (the
+    relative-reduction test of scipy's L-BFGS-B); ``n_steps`` is then an upper bound. The parameters stay
+    where they stopped, so ``losses`` and ``records`` past that point repeat their value there. Under ``vmap``
+    the loop runs until every member has stopped (those that have are held fixed)."""
     if n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {n_steps}.")
     dynamic, static = _split(params)
@@ -82,8 +88,41 @@ def optax_fit(
         rec = _record(record, eqx.combine(y, static))
         return (optax.apply_updates(y, updates), state), (value, rec)
 
-    (dynamic, _), (losses, records) = jax.lax.scan(step, (dynamic, optimizer.init(dynamic)), None, length=n_steps)
+    init = (dynamic, optimizer.init(dynamic))
+    if ftol is None:
+        (dynamic, _), (losses, records) = jax.lax.scan(step, init, None, length=n_steps)
+    else:
+        dynamic, losses, records = _scan_until_stalled(step, init, n_steps, ftol,
+                                                       lambda y: (f(y), _record(record, eqx.combine(y, static))))
     return _finish(dynamic, static, losses, records)
+
+
+def _scan_until_stalled(step, init, n_steps, ftol, evaluate):
+    """``lax.scan(step, init, length=n_steps)`` as a ``while_loop`` that stops after the first iteration lowering
+    the loss by at most ``ftol · max(|loss|, 1)``; the outputs of the iterations not run are ``evaluate(params)``
+    at the parameters where it stopped (which no further iteration would move)."""
+    out_shape = jax.eval_shape(lambda c: step(c, None)[1], init)
+    buffers = jax.tree.map(lambda s: jnp.zeros((n_steps, *s.shape), s.dtype), out_shape)
+    loss_dtype = out_shape[0].dtype
+
+    def body(c):
+        k, carry, outs, previous, _ = c
+        carry, out = step(carry, None)
+        outs = jax.tree.map(lambda b, o: b.at[k].set(o), outs, out)
+        value = out[0]
+        stalled = (previous - value) <= ftol * jnp.maximum(jnp.abs(value), 1.0)
+        return k + 1, carry, outs, value, stalled
+
+    def cond(c):
+        k, _, _, _, stalled = c
+        return (k < n_steps) & ~stalled
+
+    start = (jnp.asarray(0), init, buffers, jnp.asarray(jnp.inf, loss_dtype), jnp.asarray(False))
+    k, (params, _), outs, _, _ = jax.lax.while_loop(cond, body, start)
+    final = evaluate(params)
+    ran = jnp.arange(n_steps) < k
+    outs = jax.tree.map(lambda b, v: jnp.where(ran.reshape((-1,) + (1,) * (b.ndim - 1)), b, v), outs, final)
+    return params, outs[0], outs[1]
 
 
 def lbfgs(
@@ -93,9 +132,11 @@ def lbfgs(
     *,
     memory_size: int = 10,
     record: Callable[[PyTree], Any] | None = None,
+    ftol: float | None = None,
 ) -> FitResult:
-    """L-BFGS (optax, zoom line search) for ``n_steps`` iterations."""
-    return optax_fit(loss_fn, params, optax.lbfgs(memory_size=memory_size), n_steps, record=record, linesearch=True)
+    """L-BFGS (optax, zoom line search) for ``n_steps`` iterations, or fewer with ``ftol`` (see :func:`optax_fit`)."""
+    return optax_fit(loss_fn, params, optax.lbfgs(memory_size=memory_size), n_steps, record=record, linesearch=True,
+                     ftol=ftol)
 
 
 def levenberg_marquardt(
