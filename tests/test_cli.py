@@ -23,33 +23,15 @@ PAPERS = {
     "yang2024": (17, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
     "algoformer": (8, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
 }
-# algoformer trains 15 transformers (~15 min on 2 cores); ahn2023 takes ~3 min (its theorems are unit-tested in
-# test_theory_ahn.py, and `make reproduce` runs it)
-SLOW = {"algoformer", "ahn2023"}
-# config field of the figures that train softmax transformers (minutes on 2 cores): the default suite runs the
-# rest of these quick reproductions, the slow suite all of it (their pipelines run at toy size in test_transformer)
-TRANSFORMER_PART = {"zhang2023": "gpt2", "yang2024": "transformer"}
 
 
-def _cases():
-    for p in PAPERS:
-        if p in TRANSFORMER_PART:
-            yield pytest.param(p, False, id=f"{p}-without-transformers")
-        slow = p in SLOW or p in TRANSFORMER_PART
-        yield pytest.param(p, True, id=p, marks=[pytest.mark.slow] if slow else [])
+@pytest.mark.slow  # 3 to 20 minutes each on 2 cores: `make test-slow` (and `make reproduce`) run them
+@pytest.mark.parametrize("paper", list(PAPERS))
+def test_reproduce_quick_passes_every_check(paper, tmp_path):
+    """The default suite keeps the papers' theorems as unit tests, and the reproduce pipeline end to end at toy
+    size (test_algoformer_pipeline_... below; the transformer figures' pipelines in test_transformer.py)."""
+    from jaxicl.experiments import reproduce
 
-
-@pytest.mark.parametrize("paper, with_transformers", list(_cases()))
-def test_reproduce_quick_passes_every_check(paper, with_transformers, tmp_path, monkeypatch):
-    import dataclasses
-    import importlib
-
-    from jaxicl.experiments import REPRODUCTIONS, reproduce
-
-    if not with_transformers:
-        module = importlib.import_module(REPRODUCTIONS[paper][0])
-        monkeypatch.setitem(module.SIZES, "quick",
-                            dataclasses.replace(module.SIZES["quick"], **{TRANSFORMER_PART[paper]: None}))
     min_passed, nc, holds = PAPERS[paper]
     (res,) = reproduce([paper], size="quick", out=tmp_path)
     failed = [(c.claim, c.predicted, c.simulated) for c in res.checks if c.passed is False]
@@ -65,7 +47,8 @@ def test_reproduce_quick_passes_every_check(paper, with_transformers, tmp_path, 
     assert holds(xr.open_dataset(tmp_path / paper / nc, engine="h5netcdf"))
 
 
-def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkpoints(tmp_path, monkeypatch, capsys):
+def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkpoints(tmp_path, monkeypatch, capsys,
+                                                                                     request):
     """The AlgoFormer reproduction end to end at a toy size (a few steps: its checks are not meaningful here,
     the quick-size run above asserts them). Under `--budget` every model trains one chunk and stops: the report
     draws the figures marked "partial, step 2 of 4" with their checks reported, the command exits 3, and the next
@@ -75,12 +58,15 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
     import xarray as xr
 
+    from jaxicl import compilation_cache
     from jaxicl.experiments import algoformer as A
 
     tiny = dataclasses.replace(A.SIZES["quick"], steps=4, chunk=2, d_model=8, n_heads=2, std_layers=1, loops=(2, 1),
                                fig3_loops=((2, 1), (1, 0)), eval_loops=4, iterations=20, test_prompts=16, batch=4)
     monkeypatch.setitem(A.SIZES, "quick", tiny)  # the CLI's default size, at toy size
-    sliced = ["reproduce", "algoformer", "--out", str(tmp_path), "--no-cache"]
+    # a compilation cache of its own: the resuming call reads back the first call's programs
+    request.addfinalizer(compilation_cache.disable)
+    sliced = ["reproduce", "algoformer", "--out", str(tmp_path), "--cache-dir", str(tmp_path / "xla")]
     assert cli.main(sliced + ["--budget", "1e-6"]) == 3
     assert "run the same command again to resume" in capsys.readouterr().err
     report = (tmp_path / "report.md").read_text()

@@ -9,7 +9,12 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# over a minute each on 2 cores (the default suite aims at ~10 minutes): `make test-slow` runs them
+SLOW = {"differentiable_dynamics", "ahn2023", "algoformer", "gatmiry2024"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in SLOW else []) for p in NOTEBOOKS],
+                         ids=lambda p: p.stem)
 def test_notebook_executes(path):
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
