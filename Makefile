@@ -18,7 +18,7 @@ reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick 
 	$(BIN)/jaxicl reproduce --quick --out $(OUT)
 
 test: $(VENV)/.installed  ## install, then run the default test suite (slow reproductions deselected)
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q
 
 test-slow: $(VENV)/.installed  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q
