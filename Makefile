@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= jaxicl-report
+# papers run at once by `make reproduce`, each in its own process, longest first (`jaxicl reproduce --jobs`)
+JOBS ?= 2
 
 .PHONY: reproduce test test-slow bench clean
 
@@ -15,7 +17,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick size -> $(OUT)/report.md
-	$(BIN)/jaxicl reproduce --quick --out $(OUT)
+	$(BIN)/jaxicl reproduce --quick --jobs $(JOBS) --out $(OUT)
 
 test: $(VENV)/.installed  ## install, then run the default test suite (slow reproductions deselected)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q

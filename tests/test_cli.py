@@ -122,6 +122,31 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
     assert "## gatmiry2024" in report and "## ahn2023" in report and "## zhang2023" not in report
 
 
+def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
+    """``--jobs`` starts papers longest first (their quick wall times), so that two workers end together: with two,
+    algoformer + gatmiry2024 on one and zhang2023 + yang2024 + ahn2023 on the other; the report keeps the given
+    order. One worker here, so that the start order is deterministic."""
+    import pickle
+    import sys
+
+    import jaxicl.experiments as E
+
+    assert E.longest_first(["gatmiry2024", "ahn2023", "unknown", "yang2024", "algoformer", "zhang2023"]) == [
+        "algoformer", "zhang2023", "yang2024", "ahn2023", "gatmiry2024", "unknown"]
+    started = []
+
+    def fake_child(name, size, out, progress, end, transformers, result_file):
+        started.append(name)
+        data = pickle.dumps([_fake_paper(name)])
+        return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
+
+    monkeypatch.setattr(E, "_child_command", fake_child)
+    names = ["ahn2023", "gatmiry2024", "algoformer"]
+    results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
+    assert started == ["algoformer", "ahn2023", "gatmiry2024"]
+    assert [r.name for r in results] == names
+
+
 def test_a_jobs_child_pickles_its_result_and_leaves_the_report_to_its_parent(tmp_path, monkeypatch, capsys):
     import pickle
 

@@ -23,8 +23,20 @@ REPRODUCTIONS = {
 }
 
 
+# Seconds each quick reproduction took in a clean-clone `make reproduce` on the 2-core reference VM (2026-11-24,
+# benchmarks/README.md): ``--jobs`` starts the longest first, so that the last paper to start is a short one.
+QUICK_SECONDS = {"zhang2023": 686, "ahn2023": 137, "gatmiry2024": 91, "yang2024": 490, "algoformer": 1217}
+
+
 def available() -> list[str]:
     return list(REPRODUCTIONS)
+
+
+def longest_first(names: list[str]) -> list[str]:
+    """``names`` in the order ``--jobs`` starts them: longest quick run first (:data:`QUICK_SECONDS`; unknown names
+    last, in the order given). With two workers this balances the two: algoformer + gatmiry2024 on one, zhang2023 +
+    yang2024 + ahn2023 on the other (1,308 s against 1,313 s of single-process time)."""
+    return sorted(names, key=lambda n: -QUICK_SECONDS.get(n, 0))
 
 
 def _trains(module) -> bool:
@@ -109,7 +121,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     Several processes use a machine better than one: XLA compiles on one thread, and the reproductions' many small
     programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
     names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
-    whole call's wall clock: a paper that starts later gets what is left of it. A process that fails (not a failed
+    whole call's wall clock: a paper that starts later gets what is left of it. Papers start longest first
+    (:func:`longest_first`), so the machine is not left to one long paper at the end. A process that fails (not a failed
     check: a crash) raises ``RuntimeError`` naming the paper once the others have finished."""
     import pickle
     import subprocess
@@ -132,8 +145,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                 results[name] = res
                 atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(one, name) for name in names]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # submitted longest first, reported in the given order
+            futures = [pool.submit(one, name) for name in longest_first(names)]
     for future in futures:  # the first crash, once every paper has finished
         if future.exception() is not None:
             raise future.exception()
