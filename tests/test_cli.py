@@ -1,5 +1,8 @@
 """`jaxicl list` and `jaxicl reproduce <paper> --quick`: every check passes and the report is written."""
 
+import time
+from pathlib import Path
+
 import pytest
 
 from jaxicl import cli
@@ -145,6 +148,44 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
     results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
     assert started == ["algoformer", "ahn2023", "gatmiry2024"]
     assert [r.name for r in results] == names
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
+def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, capfd):
+    """A ``--jobs`` child that stops using CPU time (XLA:CPU's deadlock; here one that sleeps) is stopped after
+    ``STALL_SECONDS`` with its Python stacks printed (faulthandler, SIGABRT) and started once more; a second hang is
+    an error naming the paper. A child that keeps computing is left alone however long it takes."""
+    import pickle
+    import sys
+
+    import jaxicl.experiments as E
+
+    monkeypatch.setattr(E, "STALL_SECONDS", 1.5)
+    marker = tmp_path / "started-once"
+
+    def fake_child(name, size, out, progress, end, transformers, result_file):
+        data = pickle.dumps([_fake_paper(name)])
+        write = f"open({str(result_file)!r}, 'wb').write({data!r})"
+        if name == "ahn2023":  # hangs the first time only
+            code = (f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
+                    f"    time.sleep(60)\n{write}")
+        elif name == "zhang2023":  # hangs every time
+            code = "import time; time.sleep(60)"
+        else:  # busy for longer than STALL_SECONDS: not a hang
+            code = f"import time\nt = time.time()\nwhile time.time() < t + 3: pass\n{write}"
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(E, "_child_command", fake_child)
+    t0 = time.monotonic()
+    results = E._run_in_processes(["ahn2023", "gatmiry2024"], "quick", tmp_path, False, None, True, jobs=2)
+    assert [r.name for r in results] == ["ahn2023", "gatmiry2024"] and marker.exists()
+    assert time.monotonic() - t0 < 30  # the sleeping process was stopped, not waited for
+    captured = capfd.readouterr()  # file descriptors: the child's faulthandler writes to them
+    assert "ahn2023: its process has used no CPU time" in captured.out and "ahn2023: starting it again" in captured.out
+    assert "gatmiry2024: its process" not in captured.out
+    assert "Fatal Python error: Aborted" in captured.err  # faulthandler's dump of the stopped process
+    with pytest.raises(RuntimeError, match="the zhang2023 reproduction's process stopped using CPU time twice"):
+        E._run_in_processes(["zhang2023"], "quick", tmp_path / "hang", False, None, True, jobs=1)
 
 
 def test_a_jobs_child_pickles_its_result_and_leaves_the_report_to_its_parent(tmp_path, monkeypatch, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 import time
 from pathlib import Path
@@ -114,6 +115,47 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     return cmd + (["--cache-dir", str(cache)] if cache else ["--no-cache"])
 
 
+# A reproduction's process that has used no CPU time for this long is deadlocked: every XLA:CPU thread waits. jaxlib's
+# CPU LAPACK kernels (LU, triangular solve, Cholesky, eigh, ...) split a large batch over XLA's intra-op thread pool and
+# block the pool thread that runs them until the pieces finish; when as many such kernels run at once as the pool has
+# threads (2 on a 2-core machine), none of the pieces can start (benchmarks/README.md, "XLA:CPU deadlock").
+STALL_SECONDS = 180.0
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` from /proc (None where there is no /proc: no watchdog there)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run_watched(cmd: list[str], name: str) -> int | None:
+    """Run ``cmd``; its exit status, or None if it used no CPU time for :data:`STALL_SECONDS` (Linux): then it is
+    sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+    last_cpu, last_change = _cpu_seconds(proc.pid), time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=min(10.0, STALL_SECONDS / 4))
+        except subprocess.TimeoutExpired:
+            pass
+        cpu, now = _cpu_seconds(proc.pid), time.monotonic()
+        if cpu is None or last_cpu is None or cpu > last_cpu:
+            last_cpu, last_change = cpu, now
+        elif now - last_change >= STALL_SECONDS:
+            print(f"[jaxicl] {name}: its process has used no CPU time for {now - last_change:.0f} s, deadlocked in "
+                  "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
+            proc.send_signal(signal.SIGABRT)
+            proc.wait()
+            return None
+
+
 def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
                       transformers: bool, jobs: int) -> list[PaperResult]:
     """Each paper in its own process, up to ``jobs`` at once, all sharing the persistent compilation cache.
@@ -122,10 +164,11 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
     names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
     whole call's wall clock: a paper that starts later gets what is left of it. Papers start longest first
-    (:func:`longest_first`), so the machine is not left to one long paper at the end. A process that fails (not a failed
-    check: a crash) raises ``RuntimeError`` naming the paper once the others have finished."""
+    (:func:`longest_first`), so the machine is not left to one long paper at the end. A process that uses no CPU time
+    for :data:`STALL_SECONDS` has deadlocked (:func:`_run_watched`): its Python stacks are printed and it is started
+    once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError`` naming
+    the paper once the others have finished."""
     import pickle
-    import subprocess
     import tempfile
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -136,7 +179,15 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
 
         def one(name):
             result_file = Path(tmp) / f"{name}.pkl"
-            rc = subprocess.run(_child_command(name, size, out, progress, end, transformers, result_file)).returncode
+            for attempt in (1, 2):  # a deadlocked process is stopped and started once more (compile cache, checkpoints)
+                rc = _run_watched(_child_command(name, size, out, progress, end, transformers, result_file), name)
+                if rc is not None:
+                    break
+                if attempt == 1:
+                    print(f"[jaxicl] {name}: starting it again", flush=True)
+            if rc is None:
+                raise RuntimeError(f"the {name} reproduction's process stopped using CPU time twice (XLA:CPU deadlock, "
+                                   "see benchmarks/README.md); its Python stacks are printed above")
             if not result_file.exists():
                 raise RuntimeError(f"the {name} reproduction's process exited with status {rc} before it finished")
             with open(result_file, "rb") as f:
