@@ -160,7 +160,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
 
     import jaxicl.experiments as E
 
-    monkeypatch.setattr(E, "STALL_SECONDS", 1.5)
+    monkeypatch.setattr(E, "STALL_SECONDS", 2.0)
     marker = tmp_path / "started-once"
 
     def fake_child(name, size, out, progress, end, transformers, result_file):
@@ -172,7 +172,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
         elif name == "zhang2023":  # hangs every time
             code = "import time; time.sleep(60)"
         else:  # busy for longer than STALL_SECONDS: not a hang
-            code = f"import time\nt = time.time()\nwhile time.time() < t + 3: pass\n{write}"
+            code = f"import time\nt = time.time()\nwhile time.time() < t + 4: pass\n{write}"
         return [sys.executable, "-c", code]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
