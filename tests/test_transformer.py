@@ -43,6 +43,8 @@ def test_looped_models_at_any_loop_count():
         per_loop = model.outputs_per_loop(tokens, 6)
         for t in (1, 4, 6):
             np.testing.assert_allclose(model(tokens, t), per_loop[t - 1], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(model.outputs_per_loop(tokens, 6, first_loop=4), per_loop[3:], rtol=1e-12,
+                                   atol=1e-14)  # loops 4…6 only (eq. 6 weighs 0 before T − ΔT)
         traced = jax.jit(lambda n: model(tokens, n))  # one program for every loop count
         np.testing.assert_allclose(traced(jnp.asarray(4)), per_loop[3], rtol=1e-10, atol=1e-12)
         assert np.all(np.isfinite(traced(jnp.asarray(200))))  # far more loops than trained
@@ -77,6 +79,8 @@ def test_bad_input_errors():
         looped(jnp.zeros((5, 3)), 0)
     with pytest.raises(ValueError, match="loop count must be >= 1"):
         looped.outputs_per_loop(jnp.zeros((5, 3)), 0)
+    with pytest.raises(ValueError, match="first_loop must be in"):
+        looped.outputs_per_loop(jnp.zeros((5, 3)), 3, first_loop=4)
     with pytest.raises(Exception, match="loop count must be >= 1"):
         jax.jit(lambda n: looped(jnp.zeros((5, 3)), n))(jnp.asarray(0))
     with pytest.raises(ValueError, match="divisible"):

@@ -52,10 +52,13 @@ def sequence_loss(model, prompts: SequencePrompt, loops=None, target: str = "tar
     def one(p):
         if loops is None:
             return _masked_mean(_sq_err(model(p.tokens), p, target), p.mask)
-        weights = loop_weights(*loops) if isinstance(loops, tuple) else jnp.asarray(loops)
-        outs = model.outputs_per_loop(p.tokens, weights.shape[0])  # (T, tokens, d_out)
+        if isinstance(loops, tuple):  # the loop counts before T_0 weigh 0: their outputs are not computed
+            weights, first = loop_weights(*loops), max(int(loops[0]) - int(loops[1]), 1)
+        else:
+            weights, first = jnp.asarray(loops), 1
+        outs = model.outputs_per_loop(p.tokens, weights.shape[0], first)  # (loops first…T, tokens, d_out)
         per_loop = jax.vmap(lambda o: _masked_mean(_sq_err(o, p, target), p.mask))(outs)
-        return per_loop @ weights.astype(per_loop.dtype)
+        return per_loop @ weights[first - 1:].astype(per_loop.dtype)
 
     return jnp.mean(jax.vmap(one)(prompts))
 
