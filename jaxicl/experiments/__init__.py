@@ -26,7 +26,8 @@ REPRODUCTIONS = {
 
 # Seconds each quick reproduction took in a clean-clone `make reproduce` on the 2-core reference VM (2026-11-24,
 # benchmarks/README.md): ``--jobs`` starts the longest first, so that the last paper to start is a short one.
-QUICK_SECONDS = {"zhang2023": 686, "ahn2023": 137, "gatmiry2024": 91, "yang2024": 490, "algoformer": 1217}
+# quick wall times alone on a 2-core CPU (2026-11-24: `make reproduce JOBS=1`; algoformer after 937fd6e)
+QUICK_SECONDS = {"zhang2023": 478, "ahn2023": 116, "gatmiry2024": 73, "yang2024": 415, "algoformer": 687}
 
 
 def available() -> list[str]:
@@ -35,8 +36,8 @@ def available() -> list[str]:
 
 def longest_first(names: list[str]) -> list[str]:
     """``names`` in the order ``--jobs`` starts them: longest quick run first (:data:`QUICK_SECONDS`; unknown names
-    last, in the order given). With two workers this balances the two: algoformer + gatmiry2024 on one, zhang2023 +
-    yang2024 + ahn2023 on the other (1,308 s against 1,313 s of single-process time)."""
+    last, in the order given). With two workers this balances the two: algoformer + ahn2023 + gatmiry2024 on one,
+    zhang2023 + yang2024 on the other (876 s against 893 s of single-process time)."""
     return sorted(names, key=lambda n: -QUICK_SECONDS.get(n, 0))
 
 
