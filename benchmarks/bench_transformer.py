@@ -55,9 +55,10 @@ def algoformer_case(size, kind):
     model = A.build_model(kind, cfg, task, jax.random.PRNGKey(1))
     loops = None if kind == "standard" else tuple(cfg.loops)
     loss = lambda m, k, s: losses.sequence_loss(m, task.prompts(k, cfg.batch), loops)  # noqa: E731
-    T, dT = cfg.loops
-    # the AlgoFormer's TF_post runs after the loop counts eq. (6) weighs, max(T − ΔT, 1) … T
-    blocks = {"standard": cfg.std_layers, "looped": T, "algoformer": 1 + T + (T - max(T - dT, 1) + 1)}[kind]
+    T = cfg.loops[0]
+    # the AlgoFormer's TF_post runs after the loop counts eq. (6) weighs, first_weighted_loop … T
+    posts = T - losses.first_weighted_loop(*cfg.loops) + 1
+    blocks = {"standard": cfg.std_layers, "looped": T, "algoformer": 1 + T + posts}[kind]
     return loss, model, step_flops(cfg.batch, 2 * cfg.N, cfg.d_model, 4 * cfg.d_model, blocks)
 
 

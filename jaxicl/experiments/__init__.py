@@ -24,9 +24,9 @@ REPRODUCTIONS = {
 }
 
 
-# Seconds each quick reproduction took in a clean-clone `make reproduce` on the 2-core reference VM (2026-11-24,
-# benchmarks/README.md): ``--jobs`` starts the longest first, so that the last paper to start is a short one.
-# quick wall times alone on a 2-core CPU (2026-11-24: `make reproduce JOBS=1`; algoformer after 937fd6e)
+# Seconds each quick reproduction took alone on the 2-core reference VM (2026-11-24: a clean-clone `make reproduce
+# JOBS=1`; algoformer after 937fd6e; benchmarks/README.md): ``--jobs`` starts the longest first, so that the last
+# paper to start is a short one.
 QUICK_SECONDS = {"zhang2023": 478, "ahn2023": 116, "gatmiry2024": 73, "yang2024": 415, "algoformer": 687}
 
 

@@ -161,15 +161,20 @@ def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False,
     return ds, ts, trained
 
 
-def _ensemble_fit(members, loss_one, weights_or_tasks, cfg, key, ckpt, label, progress, budget=None, runs=None):
-    """Train a vmapped ensemble (members stacked on axis 0), member i on ``loss_one(m, arg_i, key)``."""
-    loss = lambda m, k, s: eqx.filter_vmap(lambda mm, a: loss_one(mm, a, k))(m, weights_or_tasks)  # noqa: E731
+def _ensemble_fit(members, loss_one, member_args, cfg, key, ckpt, label, progress, budget=None, runs=None):
+    """Train a vmapped ensemble (members stacked on axis 0), member i on ``loss_one(m, member_args[i], key)``."""
+    loss = lambda m, k, s: eqx.filter_vmap(lambda mm, a: loss_one(mm, a, k))(m, member_args)  # noqa: E731
     return _fit(members, loss, cfg, key, ckpt, label, progress, budget, runs)
 
 
 def _member(ensemble, i: int):
     """Member ``i`` of a vmapped ensemble (array leaves stacked on axis 0)."""
     return jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, ensemble)
+
+
+def _fig3_to_train(cfg: Config) -> list[tuple]:
+    """Fig. 3's (T, ΔT) settings that train their own AlgoFormer: all but cfg.loops, which is Fig. 2's."""
+    return [tuple(s) for s in cfg.fig3_loops if tuple(s) != tuple(cfg.loops)]
 
 
 def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool = False,
@@ -179,8 +184,9 @@ def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool =
     (``trained``: :func:`fig2`'s results); each other one trains alone, so its loss computes only the loop
     counts eq. (6) weighs (T − ΔT … T), not a padded T_max."""
     runs, members, speed = [], [], {}
+    own = _fig3_to_train(cfg)
     for i, (T, dT) in enumerate(cfg.fig3_loops):
-        if (T, dT) == tuple(cfg.loops):
+        if (T, dT) not in own:
             res = trained["regression", "algoformer"]
             runs.append(res)
             model, sps = res.model, res.steps_per_second
@@ -360,7 +366,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         data.append(f"{NAME}/{name}")
 
     # Fig. 2's models, Fig. 3's (one of which is Fig. 2's) and Fig. 5's ensemble
-    plan(budget, 3 * len(MODELS) + sum(tuple(s) != tuple(cfg.loops) for s in cfg.fig3_loops) + 1)
+    plan(budget, 3 * len(MODELS) + len(_fig3_to_train(cfg)) + 1)
     ds2, tasks2, trained2 = fig2(cfg, jax.random.fold_in(key, 2), ckpt, progress, budget)
     save(ds2, "fig2.nc")
     lap("Fig. 2")

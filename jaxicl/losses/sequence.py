@@ -21,13 +21,17 @@ def is_looped(model) -> bool:
     return hasattr(model, "outputs_per_loop")
 
 
-def loop_weights(T: int, delta_T: int) -> Float[Array, " T"]:
-    """Weights of loop counts t = 1…T in eq. (6): 1/(number of terms) for T_0 <= t <= T, 0 before."""
+def first_weighted_loop(T: int, delta_T: int) -> int:
+    """The first loop count eq. (6) weighs: max(T − ΔT, 1) (t = 0, no loop at all, is skipped)."""
     T, delta_T = int(T), int(delta_T)
     if T < 1 or delta_T < 0:
         raise ValueError(f"need T >= 1 loops and ΔT >= 0 (eq. 6), got T={T}, ΔT={delta_T}.")
-    t = jnp.arange(1, T + 1)
-    on = t >= max(T - delta_T, 1)
+    return max(T - delta_T, 1)
+
+
+def loop_weights(T: int, delta_T: int) -> Float[Array, " T"]:
+    """Weights of loop counts t = 1…T in eq. (6): 1/(number of terms) for T_0 <= t <= T, 0 before."""
+    on = jnp.arange(1, int(T) + 1) >= first_weighted_loop(T, delta_T)
     return on / jnp.sum(on)
 
 
@@ -53,7 +57,7 @@ def sequence_loss(model, prompts: SequencePrompt, loops=None, target: str = "tar
         if loops is None:
             return _masked_mean(_sq_err(model(p.tokens), p, target), p.mask)
         if isinstance(loops, tuple):  # the loop counts before T_0 weigh 0: their outputs are not computed
-            weights, first = loop_weights(*loops), max(int(loops[0]) - int(loops[1]), 1)
+            weights, first = loop_weights(*loops), first_weighted_loop(*loops)
         else:
             weights, first = jnp.asarray(loops), 1
         outs = model.outputs_per_loop(p.tokens, weights.shape[0], first)  # (loops first…T, tokens, d_out)
