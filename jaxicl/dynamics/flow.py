@@ -154,17 +154,7 @@ def gradient_flow(
     def loss_of(y):
         return loss_fn(eqx.combine(y, static))
 
-    grad_of = jax.grad(loss_of)
-
     rate = per_leaf(1.0 if rates is None else rates, params)
-    # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
-    # every adjoint can differentiate (BacksolveAdjoint cannot see through a closure)
-    field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
-
-    def vector_field(t, y, args):
-        loss_cc, r = args
-        return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
-
     if isinstance(solver, str):
         if solver not in SOLVERS:
             raise ValueError(f"unknown solver {solver!r}; choose one of {sorted(SOLVERS)}.")
@@ -180,26 +170,38 @@ def gradient_flow(
     dtype = jax.tree_util.tree_leaves(dynamic)[0].dtype
     ts = ts.astype(dtype)
 
-    def cond_fn(t, y, args, **kwargs):
-        norm = _tree_norm(y)
-        stop = ~jnp.isfinite(norm) | (norm > divergence_threshold)
-        if steady_state_tol is not None:
-            stop = stop | (_tree_norm(grad_of(y)) < steady_state_tol)
-        if stop_when is not None:
-            stop = stop | stop_when(eqx.combine(y, static))
-        return stop
+    # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
+    # every adjoint can differentiate (BacksolveAdjoint cannot see through a closure). The solve and everything
+    # computed from its solution are one compiled program, `solve`, whose arrays are its arguments, not constants:
+    # computed op by op, the losses, norms and flags of a solution were some 190 small XLA programs per flow.
+    field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
 
-    if stop_at_loss is None:
-        event = diffrax.Event(cond_fn)
-    else:
-        import optimistix as optx
+    def solve(dynamic, ts, field_args, dt0):
+        loss_cc = field_args[0]
+        grad_cc = jax.grad(loss_cc)
 
-        level = jnp.asarray(stop_at_loss, dtype=jax.tree_util.tree_leaves(dynamic)[0].dtype)
-        event = diffrax.Event((cond_fn, lambda t, y, args, **kw: loss_of(y) - level),
-                              root_finder=optx.Newton(rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
-                                                      atol=1e-12 if level.dtype == jnp.float64 else 1e-6))
+        def vector_field(t, y, args):
+            loss_cc, r = args
+            return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
 
-    with _diffrax_save_time_checks_off() if ts_on_host else contextlib.nullcontext():
+        def cond_fn(t, y, args, **kwargs):
+            norm = _tree_norm(y)
+            stop = ~jnp.isfinite(norm) | (norm > divergence_threshold)
+            if steady_state_tol is not None:
+                stop = stop | (_tree_norm(jax.grad(args[0])(y)) < steady_state_tol)
+            if stop_when is not None:
+                stop = stop | stop_when(eqx.combine(y, static))
+            return stop
+
+        if stop_at_loss is None:
+            event = diffrax.Event(cond_fn)
+        else:
+            import optimistix as optx
+
+            level = jnp.asarray(stop_at_loss, dtype=dtype)
+            event = diffrax.Event((cond_fn, lambda t, y, args, **kw: args[0](y) - level),
+                                  root_finder=optx.Newton(rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
+                                                          atol=1e-12 if level.dtype == jnp.float64 else 1e-6))
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(vector_field),
             solver,
@@ -218,51 +220,53 @@ def gradient_flow(
             adjoint=adjoint,
             throw=False,
         )
-    if backsolve:
-        saved, final = (jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
-                        jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys))
-        t_final = sol.ts[-1]
-    else:
-        saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
-        t_final = sol.ts[1][0]
-    reached = ts <= t_final  # save times after an early stop are not reached (diffrax fills inf)
-    saved = jax.tree_util.tree_map(
-        lambda s, f: jnp.where(reached.reshape((-1,) + (1,) * f.ndim), s, f[None]), saved, final
-    )
-    if steady_state_tol is not None or stop_when is not None:
-        # the stop time of a boolean event is the end of a solver step: its derivative is lost, so a derivative
-        # of anything after it would silently miss d(stop time)/dθ
-        what = "steady_state_tol" if stop_when is None else "stop_when"
-        saved, final, t_final = _not_differentiable(
-            (saved, final, t_final),
-            f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
-            f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
-            "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.")
-    losses = jax.vmap(loss_of)(saved)
-    grad_norms = jax.vmap(lambda y: _tree_norm(grad_of(y)))(saved)
-    final_norm = _tree_norm(final)
-    final_loss = loss_of(final)
-    bad_state = ~jnp.isfinite(final_norm) | (final_norm > divergence_threshold) | ~jnp.isfinite(final_loss)
-    event = sol.result == diffrax.RESULTS.event_occurred
-    failed = (sol.result != diffrax.RESULTS.successful) & ~event
-    # a solver that stalls while the gradient explodes is a finite-time blow-up, not stiffness
-    blow_up = failed & (grad_norms[-1] > 1e3 * (grad_norms[0] + 1.0))
-    bad_state = bad_state | blow_up
-    steady = event & ~bad_state
-    out = FlowSolution(
-        ts=ts,
-        models=eqx.combine(saved, static),
-        losses=losses,
-        grad_norms=grad_norms,
-        final=eqx.combine(final, static),
-        t_final=t_final,
-        num_steps=sol.stats["num_accepted_steps"],
-        num_grad_evals=sol.stats["num_steps"] * _stages(solver),
-        stopped_by_event=steady,
-        diverged=bad_state,
-        solver_failed=failed & ~bad_state,
-        result=sol.result,
-    )
+        if backsolve:
+            saved, final = (jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
+                            jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys))
+            t_final = sol.ts[-1]
+        else:
+            saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
+            t_final = sol.ts[1][0]
+        reached = ts <= t_final  # save times after an early stop are not reached (diffrax fills inf)
+        saved = jax.tree_util.tree_map(
+            lambda s, f: jnp.where(reached.reshape((-1,) + (1,) * f.ndim), s, f[None]), saved, final
+        )
+        if steady_state_tol is not None or stop_when is not None:
+            # the stop time of a boolean event is the end of a solver step: its derivative is lost, so a derivative
+            # of anything after it would silently miss d(stop time)/dθ
+            what = "steady_state_tol" if stop_when is None else "stop_when"
+            saved, final, t_final = _not_differentiable(
+                (saved, final, t_final),
+                f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
+                f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
+                "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.")
+        losses = jax.vmap(loss_cc)(saved)
+        grad_norms = jax.vmap(lambda y: _tree_norm(grad_cc(y)))(saved)
+        final_norm = _tree_norm(final)
+        final_loss = loss_cc(final)
+        bad_state = ~jnp.isfinite(final_norm) | (final_norm > divergence_threshold) | ~jnp.isfinite(final_loss)
+        event_hit = sol.result == diffrax.RESULTS.event_occurred
+        failed = (sol.result != diffrax.RESULTS.successful) & ~event_hit
+        # a solver that stalls while the gradient explodes is a finite-time blow-up, not stiffness
+        blow_up = failed & (grad_norms[-1] > 1e3 * (grad_norms[0] + 1.0))
+        bad_state = bad_state | blow_up
+        return FlowSolution(
+            ts=ts,
+            models=eqx.combine(saved, static),
+            losses=losses,
+            grad_norms=grad_norms,
+            final=eqx.combine(final, static),
+            t_final=t_final,
+            num_steps=sol.stats["num_accepted_steps"],
+            num_grad_evals=sol.stats["num_steps"] * _stages(solver),
+            stopped_by_event=event_hit & ~bad_state,
+            diverged=bad_state,
+            solver_failed=failed & ~bad_state,
+            result=sol.result,
+        )
+
+    with _diffrax_save_time_checks_off() if ts_on_host else contextlib.nullcontext():
+        out = eqx.filter_jit(solve)(dynamic, ts, field_args, dt0)
     return check_flow(out) if check else out
 
 
