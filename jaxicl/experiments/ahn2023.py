@@ -188,8 +188,10 @@ def check_thm1(cfg: Config, key) -> list[Check]:
     checks.append(Check("one layer, full (P, Q), noise 0.5: exact loss = Monte Carlo", fmt(exact, 6),
                         f"{mc:.6g} ± {se:.2g}", "3 s.e.", abs(mc - exact) <= 3 * se))
     init = LinearTransformer.init(k3, d, 1, "single_layer", scale=0.5)
+    # the library's default step-size tolerances (rtol 1e-8, atol 1e-10): Thm 1 is about where the flow ends, which a
+    # stiff solver reaches from any accurate-enough path; 1e-10 took 6,869 steps to the same end point, 1e-8 2,546
     sol = dynamics.gradient_flow(lambda m: losses.population_loss(m, task), init, t1=1e5, solver="kvaerno5",
-                                 rtol=1e-10, atol=1e-12, steady_state_tol=1e-11)
+                                 steady_state_tol=1e-11)
     gap = float(losses.population_loss(sol.final, task)) - lmin
     b, A = sol.final.params.b, sol.final.params.A
     gam = float(b[d])
