@@ -109,6 +109,19 @@ def test_sequence_loss_is_the_masked_loop_averaged_squared_error():
     np.testing.assert_allclose(losses.sequence_loss(model, p, (4, 1)), want, rtol=1e-12)
 
 
+
+@pytest.mark.parametrize("name", ["looped", "algoformer"])
+def test_position_errors_per_loop_equals_one_call_per_loop_count(name):
+    """The one-pass error-vs-loops curve (Figs. 3, 5) is position_errors at each loop count, row t − 1."""
+    model, _ = _models()[name]
+    p = tasks.RepresentationRegression(3, 5, noise_std=0.1).prompts(KEY, 4)
+    per = np.asarray(losses.position_errors_per_loop(model, p, 5))
+    assert per.shape == (4, 5, p.tokens.shape[1])
+    for t in (1, 3, 5):
+        np.testing.assert_allclose(per[:, t - 1], losses.position_errors(model, p, t), rtol=1e-10, atol=1e-14)
+    with pytest.raises(ValueError, match="needs a looped model"):
+        losses.position_errors_per_loop(_models()["standard"][0], p, 5)
+
 def test_garg_encoding_layout_and_curriculum_mask():
     task = tasks.RepresentationRegression(3, 4, d_out=2)
     xs, ys, clean, A = task.sample_xy(KEY)

@@ -177,6 +177,17 @@ def _fig3_to_train(cfg: Config) -> list[tuple]:
     return [tuple(s) for s in cfg.fig3_loops if tuple(s) != tuple(cfg.loops)]
 
 
+@eqx.filter_jit
+def _last_query_error_per_loop(model, test, max_loops: int):
+    """Mean squared error at the last query (position −2: the last x token) after 1…max_loops loops, from one pass
+    of the loops; 128 prompts at a time (the hidden states of every loop are kept: about 1 GiB per 128 prompts at
+    the paper's size)."""
+    def one(p):
+        return losses.position_errors_per_loop(model, jax.tree_util.tree_map(lambda a: a[None], p), max_loops)[0, :, -2]
+
+    return jnp.mean(jax.lax.map(one, test, batch_size=128), axis=0)
+
+
 def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool = False,
          budget: TimeBudget | None = None) -> xr.Dataset:
     """AlgoFormers trained with each (T, ΔT) of cfg.fig3_loops on Fig. 2's regression-with-representation task
@@ -199,12 +210,8 @@ def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool =
         speed[f"steps_per_second_T{T}_dT{dT}"] = sps
     test = task.prompts(jax.random.fold_in(key, 100), cfg.test_prompts)
 
-    @jax.jit
-    def at_loops(m, n):  # error at the last prompt position, n loops (traced: one program for every n)
-        return jnp.mean(losses.position_errors(m, test, n)[:, -2])
-
     loops = np.arange(1, cfg.eval_loops + 1)
-    err = np.array([[float(at_loops(m, n)) for n in loops] for m in members])
+    err = np.stack([np.asarray(_last_query_error_per_loop(m, test, cfg.eval_loops)) for m in members])
     zero = float(_zero_error(test)[-1])
     return xr.Dataset({"error": (("setting", "loops"), err)},
                       coords={"setting": [f"(T, ΔT) = ({T}, {dT})" for T, dT in cfg.fig3_loops],
@@ -236,8 +243,7 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
         for name, fn in (("gd", baselines.gradient_descent_steps), ("newton", baselines.newton_steps)):
             pred = jax.jit(jax.vmap(lambda x, y, fn=fn: fn(x, y, cfg.iterations)[:, -1]))(xs, ys)  # (P, k, m)
             out[name][i] = np.asarray(jnp.mean(jnp.sum((pred - target[:, None]) ** 2, -1), 0))
-        at = jax.jit(lambda n, m=_member(members, i): jnp.mean(losses.position_errors(m, test, n)[:, -2]))
-        out["algoformer"][i] = [float(at(n)) for n in its]
+        out["algoformer"][i] = np.asarray(_last_query_error_per_loop(_member(members, i), test, cfg.iterations))
         zero[i] = float(jnp.mean(jnp.sum(target**2, -1)))
     return xr.Dataset({k: (("sigma", "iteration"), v) for k, v in out.items()} | {"zero": (("sigma",), zero)},
                       coords={"sigma": list(cfg.sigmas), "iteration": its},

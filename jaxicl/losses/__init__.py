@@ -14,13 +14,14 @@ from .linear_transformer import sample_loss, sample_residuals, sample_residuals_
 from . import restricted  # noqa: F401  (registers LinearTransformer × FixedGramRegression)
 from . import template  # noqa: F401  (registers MultiHeadSoftmaxICL × TemplateRegression)
 from .template import template_loss
-from .sequence import first_weighted_loop, loop_weights, position_errors, prefix_curve, sequence_loss
+from .sequence import first_weighted_loop, loop_weights, position_errors, position_errors_per_loop, prefix_curve, sequence_loss
 from .restricted import GaussianXBatch, fixed_gram_loss, fixed_gram_population_loss, gaussian_x_loss, gaussian_x_mc
 
 __all__ = [
     "first_weighted_loop",
     "loop_weights",
     "position_errors",
+    "position_errors_per_loop",
     "prefix_curve",
     "sequence_loss",
     "GaussianXBatch",

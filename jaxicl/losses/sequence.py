@@ -76,6 +76,21 @@ def position_errors(model, prompts: SequencePrompt, n_loops=None, target: str = 
     return jax.vmap(lambda p: _sq_err(predict(p.tokens), p, target) * p.mask)(prompts)
 
 
+def position_errors_per_loop(model, prompts: SequencePrompt, max_loops: int,
+                             target: str = "clean") -> Float[Array, "batch loops T"]:
+    """:func:`position_errors` after each loop count 1…``max_loops`` of a looped model, from one pass: row t − 1
+    is ``position_errors(model, prompts, t)``. The loops run once (``outputs_per_loop``), so an error-vs-loops
+    curve (AlgoFormer Figs. 3 and 5) costs ``max_loops`` loops, not 1 + 2 + … + ``max_loops``."""
+    if not is_looped(model):
+        raise ValueError(f"position_errors_per_loop needs a looped model / AlgoFormer, got a {type(model).__name__}.")
+
+    def one(p):
+        outs = model.outputs_per_loop(p.tokens, int(max_loops))  # (loops, tokens, d_out)
+        return jax.vmap(lambda o: _sq_err(o, p, target) * p.mask)(outs)
+
+    return jax.vmap(one)(prompts)
+
+
 def prefix_curve(model, prompts: SequencePrompt, n_loops=None, target: str = "clean") -> Float[Array, " N"]:
     """Mean squared error at each scored position (in order), averaged over the batch: with the encoding of
     Garg et al. the error as a function of the number of in-context examples (AlgoFormer Fig. 2). The
