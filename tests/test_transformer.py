@@ -109,6 +109,27 @@ def test_sequence_loss_is_the_masked_loop_averaged_squared_error():
     np.testing.assert_allclose(losses.sequence_loss(model, p, (4, 1)), want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["standard", "algoformer"])  # the looped model's blocks are the same BlockStack
+def test_rematerialised_blocks_give_the_same_loss_and_gradient(name, monkeypatch):
+    """REMAT (on by default on the CPU) recomputes LayerNorms, softmax and GELU in the backward pass from the four
+    saved activations: the same loss and gradient as keeping every intermediate (float64: to rounding)."""
+    model, loops = _models()[name]
+    p = tasks.RepresentationRegression(3, 5, noise_std=0.1).prompts(KEY, 4)
+    loss = lambda m: losses.sequence_loss(m, p, None if loops is None else (loops, 2))  # noqa: E731
+    results, programs = {}, {}
+    for remat in (False, True):
+        monkeypatch.setattr(models.transformer, "REMAT", remat)
+        jax.clear_caches()  # REMAT is read when a model is traced
+        grad = eqx.filter_jit(eqx.filter_value_and_grad(loss))
+        results[remat] = grad(model)
+        programs[remat] = str(eqx.filter_make_jaxpr(grad)(model)[0])
+    assert "remat" in programs[True] and "remat" not in programs[False]  # jax.checkpoint's primitive
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-13)
+    for a, b in zip(jax.tree_util.tree_leaves(results[True][1]), jax.tree_util.tree_leaves(results[False][1])):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+    monkeypatch.setattr(models.transformer, "REMAT", None)  # the default: on for the CPU only
+    assert models.transformer._remat() is (jax.default_backend() == "cpu")
+
 
 @pytest.mark.parametrize("name", ["looped", "algoformer"])
 def test_position_errors_per_loop_equals_one_call_per_loop_count(name):
