@@ -120,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run up to N papers at once, each in its own process (default 1); the report is the same")
     p.add_argument("--result-file", default=None, help=argparse.SUPPRESS)  # a --jobs parent's per-paper process
+    p.add_argument("--cpu-threads", type=int, default=None, help=argparse.SUPPRESS)  # its share of the cores
     _add_cache_options(p)
     p.set_defaults(func=_cmd_reproduce)
     p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config)")
@@ -147,10 +148,39 @@ def _default_xla_flags() -> None:
         os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
 
 
+def size_cpu_thread_pool(threads: int) -> None:
+    """Start JAX's CPU backend with an XLA intra-op thread pool of ``threads`` threads, then let every thread run on
+    all of this process's CPUs again. XLA:CPU sizes that pool from the CPUs the process may run on when the backend
+    starts, and has no option for it. ``jaxicl reproduce --jobs N`` gives each paper's process its share (cores // N):
+    two processes with a pool of two threads each on two cores wait on each other's threads, and one thread each
+    trains the quick transformers 8-13 % faster (benchmarks/README.md). Linux only (elsewhere: nothing changes);
+    must run before the backend starts."""
+    import os
+
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 1 <= threads < len(cpus):
+        return
+    import jax
+
+    os.sched_setaffinity(0, cpus[:threads])
+    try:
+        jax.devices("cpu")  # the backend starts here, its pool threads inheriting the narrowed set
+    finally:
+        for tid in os.listdir("/proc/self/task"):  # every thread, the pool's too, back on all the CPUs
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except OSError:  # a thread that ended meanwhile
+                pass
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("reproduce", "sweep"):
         _default_xla_flags()
+    if getattr(args, "cpu_threads", None):
+        size_cpu_thread_pool(args.cpu_threads)
     return args.func(args)
 
 

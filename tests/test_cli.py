@@ -1,5 +1,6 @@
 """`jaxicl list` and `jaxicl reproduce <paper> --quick`: every check passes and the report is written."""
 
+import os
 import time
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
 
     import jaxicl.experiments as E
 
-    def fake_child(name, size, out, progress, end, transformers, result_file):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None):
         delay = {"ahn2023": 1.0, "gatmiry2024": 0.0, "zhang2023": 0.0}[name]
         if name == "zhang2023":
             return [sys.executable, "-c", "import sys; sys.exit(7)"]
@@ -138,7 +139,7 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         "algoformer", "zhang2023", "yang2024", "ahn2023", "gatmiry2024", "unknown"]
     started = []
 
-    def fake_child(name, size, out, progress, end, transformers, result_file):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None):
         started.append(name)
         data = pickle.dumps([_fake_paper(name)])
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
@@ -163,7 +164,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     monkeypatch.setattr(E, "STALL_SECONDS", 2.0)
     marker = tmp_path / "started-once"
 
-    def fake_child(name, size, out, progress, end, transformers, result_file):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None):
         data = pickle.dumps([_fake_paper(name)])
         write = f"open({str(result_file)!r}, 'wb').write({data!r})"
         if name == "ahn2023":  # hangs the first time only
@@ -207,3 +208,34 @@ def test_a_jobs_child_pickles_its_result_and_leaves_the_report_to_its_parent(tmp
     (res,) = pickle.loads(result_file.read_bytes())
     assert res.name == "ahn2023" and res.checks[0].passed is False
     assert "[jaxicl] report:" not in capsys.readouterr().out
+
+
+def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, monkeypatch):
+    """``--jobs N``: each paper's process starts XLA:CPU with cores // N pool threads (at least one) and then runs on
+    every core; one process keeps XLA's default pool."""
+    import subprocess
+    import sys
+
+    import jaxicl.experiments as E
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux CPU affinity and two CPUs")
+    assert E.cpu_threads_per_process(1) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    assert [E.cpu_threads_per_process(j) for j in (2, 3, 8)] == [2, 1, 1]
+    monkeypatch.undo()
+    cmd = E._child_command("ahn2023", "quick", tmp_path, False, None, True, tmp_path / "r.pkl", threads=1)
+    assert cmd[cmd.index("--cpu-threads") + 1] == "1"
+    assert "--cpu-threads" not in E._child_command("ahn2023", "quick", tmp_path, False, None, True, tmp_path / "r.pkl")
+    probe = ("import os, sys, collections\nfrom jaxicl.cli import size_cpu_thread_pool\n"
+             "if sys.argv[1] != 'default': size_cpu_thread_pool(int(sys.argv[1]))\n"
+             "import jax, jax.numpy as jnp\njax.block_until_ready(jnp.ones((300, 300)) @ jnp.ones((300, 300)))\n"
+             "tasks = os.listdir('/proc/self/task')\n"
+             "pool = sum(open(f'/proc/self/task/{t}/comm').read().strip() == 'tf_XLAEigen' for t in tasks)\n"
+             "everywhere = all(os.sched_getaffinity(int(t)) == os.sched_getaffinity(0) for t in tasks)\n"
+             "print(pool, everywhere, len(os.sched_getaffinity(0)))")
+    run = lambda arg: subprocess.run([sys.executable, "-c", probe, arg], capture_output=True, text=True,  # noqa: E731
+                                     check=True).stdout.split()
+    default, one = run("default"), run("1")
+    assert int(default[0]) > 1  # XLA's own pool: one thread per CPU (the probe's reading of the thread names holds)
+    assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs

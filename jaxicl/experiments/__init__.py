@@ -102,9 +102,10 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
 
 
 def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
-                   result_file: Path) -> list[str]:
+                   result_file: Path, threads: int | None = None) -> list[str]:
     """``jaxicl reproduce NAME`` as a process that pickles its result to ``result_file`` and writes no report.md,
-    with this process's size, output directory, budget end and compilation cache."""
+    with this process's size, output directory, budget end and compilation cache, and XLA:CPU's thread pool sized to
+    ``threads`` (:func:`jaxicl.cli.size_cpu_thread_pool`; None: XLA's default)."""
     import jax
 
     cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
@@ -113,7 +114,16 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     cmd += [] if transformers else ["--skip-transformers"]
     cmd += [] if end is None else ["--budget", repr(max(end - time.time(), 0.06) / 60)]
     cache = jax.config.jax_compilation_cache_dir
-    return cmd + (["--cache-dir", str(cache)] if cache else ["--no-cache"])
+    cmd += ["--cache-dir", str(cache)] if cache else ["--no-cache"]
+    return cmd + ([] if threads is None else ["--cpu-threads", str(threads)])
+
+
+def cpu_threads_per_process(jobs: int) -> int | None:
+    """XLA:CPU threads for each of ``jobs`` processes sharing this machine: its share of the CPUs this process may
+    use (at least one), or None where that is all of them (jobs = 1) or unknown (no ``os.sched_getaffinity``)."""
+    if jobs <= 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // jobs)
 
 
 # A reproduction's process that has used no CPU time for this long is deadlocked: every XLA:CPU thread waits. jaxlib's
@@ -165,7 +175,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
     names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
     whole call's wall clock: a paper that starts later gets what is left of it. Papers start longest first
-    (:func:`longest_first`), so the machine is not left to one long paper at the end. A process that uses no CPU time
+    (:func:`longest_first`), so the machine is not left to one long paper at the end. Each process starts XLA:CPU with
+its share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A process that uses no CPU time
     for :data:`STALL_SECONDS` has deadlocked (:func:`_run_watched`): its Python stacks are printed and it is started
     once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError`` naming
     the paper once the others have finished."""
@@ -181,7 +192,9 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
         def one(name):
             result_file = Path(tmp) / f"{name}.pkl"
             for attempt in (1, 2):  # a deadlocked process is stopped and started once more (compile cache, checkpoints)
-                rc = _run_watched(_child_command(name, size, out, progress, end, transformers, result_file), name)
+                cmd = _child_command(name, size, out, progress, end, transformers, result_file,
+                                     cpu_threads_per_process(jobs))
+                rc = _run_watched(cmd, name)
                 if rc is not None:
                     break
                 if attempt == 1:
