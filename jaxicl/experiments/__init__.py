@@ -176,7 +176,7 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
     whole call's wall clock: a paper that starts later gets what is left of it. Papers start longest first
     (:func:`longest_first`), so the machine is not left to one long paper at the end. Each process starts XLA:CPU with
-its share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A process that uses no CPU time
+    its share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A process that uses no CPU time
     for :data:`STALL_SECONDS` has deadlocked (:func:`_run_watched`): its Python stacks are printed and it is started
     once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError`` naming
     the paper once the others have finished."""
@@ -187,13 +187,13 @@ its share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A 
 
     results: dict[str, PaperResult] = {}
     lock = threading.Lock()
+    threads = cpu_threads_per_process(jobs)
     with tempfile.TemporaryDirectory(prefix="jaxicl-results-") as tmp:
 
         def one(name):
             result_file = Path(tmp) / f"{name}.pkl"
             for attempt in (1, 2):  # a deadlocked process is stopped and started once more (compile cache, checkpoints)
-                cmd = _child_command(name, size, out, progress, end, transformers, result_file,
-                                     cpu_threads_per_process(jobs))
+                cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads)
                 rc = _run_watched(cmd, name)
                 if rc is not None:
                     break
