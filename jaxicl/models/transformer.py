@@ -86,8 +86,13 @@ def causal_attention(q: Float[Array, "T H c"], k: Float[Array, "T H c"], v: Floa
     logits = jnp.einsum("thc,shc->hts", q, k, preferred_element_type=jnp.promote_types(q.dtype, jnp.float32))
     logits = logits / math.sqrt(q.shape[-1])
     logits = jnp.where(jnp.tril(jnp.ones((T, T), bool)), logits, jnp.finfo(logits.dtype).min)
-    att = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    return jnp.einsum("hts,shc->thc", att, v)
+    # the softmax's normalisation after the product with v: (e v) / Σ_s e with e = exp(logits − max), the same
+    # numbers; the max cancels in the ratio, so its gradient is zero. XLA:CPU fused the normalised softmax into
+    # the product and ran that fusion several times slower than the two apart (Yang et al.'s H = 8 step: one
+    # fusion was 30 % of it; benchmarks/README.md).
+    e = jnp.exp(logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True)))
+    out = jnp.einsum("hts,shc->thc", e.astype(v.dtype), v, preferred_element_type=e.dtype)
+    return (out / jnp.sum(e, axis=-1).T[:, :, None]).astype(v.dtype)
 
 
 def _layer_norm_params(d_model: int, dtype):
