@@ -75,8 +75,8 @@ def _fused_attention_ok(q) -> bool:
 def causal_attention(q: Float[Array, "T H c"], k: Float[Array, "T H c"], v: Float[Array, "T H c"]) -> Float[Array, "T H c"]:
     """softmax(q kᵀ/√c + causal mask) v for each head, the logits and softmax in float32 or wider whatever the
     compute dtype (float64 stays float64): cuDNN's fused (flash) attention through ``jax.nn.dot_product_attention`` where
-    :data:`ATTENTION_IMPLEMENTATION` allows it, else two einsums around a softmax (on the CPU this is faster than
-    ``dot_product_attention``'s XLA path, which builds its mask differently)."""
+    :data:`ATTENTION_IMPLEMENTATION` allows it, else two einsums around an exp, normalised last (on the CPU this is
+    faster than ``dot_product_attention``'s XLA path, which builds its mask differently)."""
     if _fused_attention_ok(q):
         try:
             return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
