@@ -1,5 +1,7 @@
 """Softmax transformers (standard, looped, AlgoFormer), sequence tasks, baselines and the training loop."""
 
+import importlib
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -460,6 +462,71 @@ def test_yang_transformer_pipeline_and_wall_clock_budget(tmp_path):
     assert budget == 6.0 and n.tolist() == [6, 3]
     np.testing.assert_allclose(loss, [fake.loss.values[0, 4:6].mean(), fake.loss.values[1, 1:3].mean()])
     np.testing.assert_array_equal(inf, [fake.inference.values[0, 2], fake.inference.values[1, 1]])
+    assert len(Yx._transformer_checks(ds, tc)) == 6
+
+
+class _ChunkTimer:
+    """Stands in for ``StageTimer`` inside ``train``: every chunk of ``steps`` steps took ``steps × seconds`` (run),
+    with no compilation, so that time limits are certain."""
+
+    steps, seconds = 1, 1.0
+
+    def lap(self, label):
+        from jaxicl.profiling import Stage
+
+        return Stage(label, _ChunkTimer.steps * _ChunkTimer.seconds, 0.0, 0, 0)
+
+
+def test_a_time_limit_stops_after_the_chunk_that_reaches_it_and_the_run_is_complete(tmp_path, monkeypatch):
+    train_module = importlib.import_module("jaxicl.dynamics.train")  # the module (its name is also the function)
+
+    monkeypatch.setattr(train_module, "StageTimer", _ChunkTimer)
+    monkeypatch.setattr(_ChunkTimer, "steps", 20)  # 1 s per step
+    opt, ck = optax.adamw(3e-3), tmp_path / "limited.ckpt"
+    full = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, progress=False)
+    run = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=50.0, progress=False)
+    assert (run.step, run.time_limited, run.complete, run.status()) == (60, True, True, "complete")  # 40 s < 50 ≤ 60 s
+    np.testing.assert_array_equal(run.losses, full.losses[:60])
+    again = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=50.0, progress=False)
+    assert (again.resumed_from, again.step, again.complete) == (60, 60, True)  # the checkpoint's step time: no chunk
+    longer = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=70.0, progress=False)
+    assert (longer.step, longer.time_limited) == (80, True)
+    np.testing.assert_array_equal(longer.losses, full.losses[:80])
+    done = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=1e9, progress=False)
+    assert (done.step, done.time_limited, done.complete) == (100, False, True)
+
+
+def test_yang_fig5_trains_each_h_only_the_steps_of_the_fixed_wall_clock_time(tmp_path, monkeypatch):
+    """Fig. 5 reads every H at the steps it completes in the fastest H's time: a slower H (not Fig. 2(b)'s) stops at
+    the end of the chunk that reaches that time; Fig. 2(b)'s H and the first (fastest) train every step. Each step
+    of H heads takes H seconds here (a stand-in timer), so that the cuts are certain."""
+    import dataclasses
+
+    import xarray as xr
+    train_module = importlib.import_module("jaxicl.dynamics.train")  # the module (its name is also the function)
+    from jaxicl.experiments import yang2024 as Yx
+
+    monkeypatch.setattr(train_module, "StageTimer", _ChunkTimer)
+    monkeypatch.setattr(_ChunkTimer, "steps", 3)  # the chunk below
+    real_train = Yx.train
+
+    def timed_train(*args, label, **kw):
+        monkeypatch.setattr(_ChunkTimer, "seconds", float(label[2:]))  # "H=4": 4 s per step
+        return real_train(*args, label=label, **kw)
+
+    monkeypatch.setattr(Yx, "train", timed_train)
+    tc = dataclasses.replace(Yx.TransformerConfig(), d=6, K=12, N=4, m=2, d_model=8, d_ff=16, n_layers=1, heads=2,
+                             fig5_heads=(1, 4, 8), steps=12, chunk=3, batch=4, smooth=2, test_prompts=20)
+    with jax.enable_x64(False):
+        ds = Yx.train_transformers(tc, KEY, tmp_path)
+        again = Yx.train_transformers(tc, KEY, tmp_path)  # from the checkpoints: nothing trains, the same dataset
+    # fixed time 12 s (H = 1): H = 4 reaches it at step 3 (12 s), H = 8 after its first chunk (24 s); H = 2 is Fig. 2(b)
+    assert ds.attrs["steps_trained"] == [12, 12, 3, 3] and ds.attrs["status"] == "complete"
+    assert np.all(np.isfinite(ds.loss.values[2, :3])) and np.all(np.isnan(ds.loss.values[2, 3:]))
+    assert ds.step_seconds.values.tolist() == [1.0, 2.0, 4.0, 8.0]
+    budget, n, _, _ = Yx.at_budget(ds, tc)
+    assert budget == 12.0 and n.tolist() == [12, 6, 3, 1]
+    xr.testing.assert_identical(ds, again)
     assert len(Yx._transformer_checks(ds, tc)) == 6
 
 

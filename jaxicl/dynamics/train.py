@@ -71,7 +71,7 @@ class TrainResult:
     ``steps_per_second``: over the chunks run by this call, their compilation excluded (a resumed run that ran
     no chunk reports the rate its checkpoint stored; nan if none is known).
     ``step`` < ``n_steps`` when a ``deadline`` stopped the run (``complete`` is False): the checkpoint holds
-    it, and the same call again resumes."""
+    it, and the same call again resumes. A run that a ``time_limit`` stopped is complete (``time_limited``)."""
 
     model: PyTree
     opt_state: PyTree
@@ -82,10 +82,11 @@ class TrainResult:
     resumed_from: int
     step: int = 0
     n_steps: int = 0
+    time_limited: bool = False
 
     @property
     def complete(self) -> bool:
-        return self.step >= self.n_steps
+        return self.step >= self.n_steps or self.time_limited
 
     def status(self) -> str:
         """"complete" or "partial, step s of S" (for reports)."""
@@ -215,6 +216,7 @@ def train(
     config: dict | None = None,
     progress: bool = True,
     deadline: float | None = None,
+    time_limit: float | None = None,
     label: str | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``n_steps`` steps on ``loss_fn(model, key, step)`` (a fresh batch per step).
@@ -236,6 +238,10 @@ def train(
             one chunk, so slices always progress), a checkpoint is written and the result has ``complete`` False;
             calling again with the same arguments resumes (training in slices of wall-clock time follows the
             uninterrupted trajectory exactly).
+        time_limit: seconds of training, counted as ``steps_per_second`` counts them (compilation excluded): the run
+            stops after the chunk at which steps done × seconds per step reach it, and is complete
+            (``time_limited``). Runs compared at equal training time, as Yang et al.'s Fig. 5, train no further. A
+            resumed run counts its checkpoint's steps at the step time stored there until it has measured its own.
         label: name of the run in progress messages.
 
     With ``progress``, the seconds per step and the estimated time to finish are printed before training when the
@@ -288,7 +294,12 @@ def train(
     bar = tqdm(total=n_steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
     evaluate(step)
     timed_steps, timed_seconds, first = 0, 0.0, True
-    while step < n_steps and (deadline is None or first or time.time() < deadline):  # ≥ 1 chunk per call
+
+    def out_of_time():
+        return time_limit is not None and (seconds_per_step() or 0.0) * step >= time_limit
+
+    while step < n_steps and (deadline is None or first or time.time() < deadline) and not out_of_time():
+        # ≥ 1 chunk per call under a deadline
         n = min(chunk_size, n_steps - step)
         lap = StageTimer()
         (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, jnp.arange(step, step + n))
@@ -310,18 +321,22 @@ def train(
         bar.update(n)
         bar.set_postfix(loss=f"{float(np.mean(chunk_losses)):.4g}", steps_per_s=f"{n / seconds:.1f}")
         evaluate(step)
-        if step % checkpoint_every == 0 or step == n_steps or (deadline is not None and time.time() >= deadline):
+        if (step % checkpoint_every == 0 or step == n_steps or (deadline is not None and time.time() >= deadline)
+                or out_of_time()):
             save(step)
     bar.close()
     eval_steps = np.array(sorted(int(s) for s in evals))
     names = sorted({k for v in evals.values() for k in v})
     eval_arrays = {k: np.array([evals[str(s)][k] for s in eval_steps]) for k in names}
-    if step < n_steps and progress:
+    time_limited = step < n_steps and out_of_time()
+    if time_limited and progress:
+        print(f"[train] {label or 'run'}: time limit of {time_limit:.3g} s reached at step {step:,}", flush=True)
+    elif step < n_steps and progress:
         print(f"[train] {label or 'run'}: deadline reached at step {step:,} of {n_steps:,}; checkpointed, run again "
               "to resume", flush=True)
     sps = seconds_per_step()
     return TrainResult(eqx.combine(params, static), opt_state, np.asarray(losses), eval_steps, eval_arrays,
-                       1 / sps if sps else float("nan"), resumed_from, step, n_steps)
+                       1 / sps if sps else float("nan"), resumed_from, step, n_steps, time_limited)
 
 
 def _refuse_tracers(tree, where: str) -> None:

@@ -108,7 +108,7 @@ class Config:
 
 SIZES = {
     "quick": Config(steps=300, fig4_steps=100, fig4_converged=5e-2, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=3000,
-                    transformer=TransformerConfig(steps=1000)),
+                    transformer=TransformerConfig(steps=1000, chunk=100)),
     "full": Config(steps=2000, fig4_steps=600, eps=0.02, fig3_seeds=16, fig3_mc=20_000,
                    transformer=TransformerConfig(d=100, K=200, N=30, m=20, d_model=256, d_ff=512, heads=8,
                                                  fig5_heads=(1, 2, 4, 8, 16, 32, 64), steps=20_000, batch=256, lr=1e-4,
@@ -390,7 +390,12 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
                        budget: TimeBudget | None = None) -> xr.Dataset:
     """One run per H in ``tc.fig5_heads`` (and ``tc.heads``): the training loss ½·mean_k(ŷ_k − y_k)² of every step,
     the inference losses (1/2K)‖ŷ − ŷ⋆‖² on the in-domain and out-of-domain test sets every chunk, and the
-    seconds per step of its training (compilation excluded; stored in the checkpoint, so a resumed run has it too)."""
+    seconds per step of its training (compilation excluded; stored in the checkpoint, so a resumed run has it too).
+
+    Fig. 2(b)'s H and the first H (the fewest heads, the fastest) train all ``tc.steps``; every other H trains only
+    the steps Fig. 5 reads, those it completes in the fixed wall-clock time (``train(..., time_limit=)``, to the end
+    of that chunk): the paper trains each H for the same time, not the same steps. Steps it did not train are NaN
+    in ``loss``; ``steps_trained`` says how many it did."""
     heads = sorted(set(tc.fig5_heads) | {tc.heads})
     with jax.enable_x64(True):
         task64 = transformer_task(tc, jax.random.fold_in(key, 0))
@@ -409,17 +414,22 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
         return 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))
 
     curves, evals, seconds, runs = [], [], [], []
+    fixed_time = np.inf  # Fig. 5's wall-clock time: tc.steps × the fastest step time measured so far
     plan(budget, len(heads))
     for i, H in enumerate(heads):
         model = models.StandardTransformer(jax.random.fold_in(key, 10 + i), tc.d + 1, 1, n_layers=tc.n_layers,
                                            d_model=tc.d_model, n_heads=H, d_ff=tc.d_ff, max_len=tc.K)
         if progress:
             print(f"  training the {tc.n_layers}-layer transformer, H = {H}", flush=True)
+        # Fig. 2(b)'s H and the first (fewest heads, fastest) train every step; Fig. 5 reads every other H at the
+        # steps it completes in the fixed time, so it trains no further (a chunk at most)
+        limit = None if H == tc.heads or not np.isfinite(fixed_time) else fixed_time
         res = train(loss, model, tc.steps, jax.random.fold_in(key, 100 + i), optimizer=optax.adam(tc.lr),
                     chunk_size=tc.chunk, checkpoint=ckpt_dir / f"transformer_H{H}.ckpt", eval_fn=lambda m: inference_losses(m, tests),
                     eval_every=tc.chunk, progress=progress, label=f"H={H}", deadline=next_deadline(budget),
-                    compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
+                    time_limit=limit, compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
                     config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}})
+        fixed_time = min(fixed_time, tc.steps / res.steps_per_second)
         runs.append(res)
         seconds.append(1 / res.steps_per_second)
     # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
