@@ -254,6 +254,8 @@ def train(
     n_steps, chunk_size = int(n_steps), int(chunk_size)
     if n_steps < 0 or chunk_size < 1:
         raise ValueError(f"need n_steps >= 0 and chunk_size >= 1, got {n_steps}, {chunk_size}.")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}.")
     checkpoint_every = chunk_size if checkpoint_every is None else int(checkpoint_every)
     eval_every = eval_every and int(eval_every)
     for name, every in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
