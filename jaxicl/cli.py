@@ -1,12 +1,16 @@
 """Command line: ``jaxicl list``, ``jaxicl reproduce [NAME ...] [--quick|--full] [--out DIR]``, ``jaxicl sweep CONFIG``.
 
-``reproduce`` and ``sweep`` use JAX's persistent compilation cache (see :mod:`jaxicl.compilation_cache`)."""
+``reproduce`` and ``sweep`` use JAX's persistent compilation cache (see :mod:`jaxicl.compilation_cache`), and start
+the same command again, once, if XLA:CPU deadlocks them (:mod:`jaxicl.watchdog`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
+
+from . import watchdog
 
 
 def _cmd_list(args) -> int:
@@ -49,9 +53,12 @@ def _cmd_reproduce(args) -> int:
         return 2
     _use_cache(args)
     child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
-    results = reproduce(names, size=size, out=args.out, progress=args.progress or (sys.stderr.isatty() and not child),
-                        budget_minutes=args.budget, transformers=not args.skip_transformers, jobs=args.jobs,
-                        write_report=not child)
+    # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
+    in_process = not child and (args.jobs == 1 or len(names) == 1)
+    with watchdog.watching() if in_process else contextlib.nullcontext():
+        results = reproduce(names, size=size, out=args.out,
+                            progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,
+                            transformers=not args.skip_transformers, jobs=args.jobs, write_report=not child)
     if child:
         import pickle
 
@@ -82,7 +89,8 @@ def _cmd_sweep(args) -> int:
     _use_cache(args)
     try:
         cfg = load_config(args.config)
-        ds = run_config(cfg, progress=args.progress or None)
+        with watchdog.watching():  # a deadlocked sweep is started again, and resumes from its finished chunks
+            ds = run_config(cfg, progress=args.progress or None)
     except (ConfigError, SweepConfigError) as e:
         print(f"jaxicl sweep: {e}", file=sys.stderr)
         return 2

@@ -189,6 +189,61 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
         E._run_in_processes(["zhang2023"], "quick", tmp_path / "hang", False, None, True, jobs=1)
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
+def test_a_process_that_deadlocks_is_started_again_once_then_stopped(tmp_path):
+    """``jaxicl.watchdog.watching``, as a plain ``jaxicl reproduce`` and ``jaxicl sweep`` use it: a process whose
+    threads use no CPU time (XLA:CPU's deadlock; here one that sleeps) for ``stall_seconds`` prints its Python stacks
+    and starts the same command again; a second stall ends it with ``EXIT_DEADLOCKED``. A busy process, or one whose
+    ``with`` block has ended, is left alone."""
+    import subprocess
+    import sys
+
+    from jaxicl import watchdog
+
+    starts = tmp_path / "starts"
+    hang = (f"import time\nfrom jaxicl.watchdog import watching\nopen({str(starts)!r}, 'a').write('x')\n"
+            "with watching(stall_seconds=1.0):\n    time.sleep(60)\n")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", hang], capture_output=True, text=True, timeout=120)
+    assert p.returncode == watchdog.EXIT_DEADLOCKED and starts.read_text() == "xx"
+    assert time.monotonic() - t0 < 60  # stopped, not waited for
+    assert p.stderr.count("has used no CPU time") == 2 and p.stderr.count("starting the same command again") == 1
+    assert "giving up" in p.stderr and 'File "<string>", line 5' in p.stderr  # the stack of the sleeping thread
+    busy = ("import time\nfrom jaxicl.watchdog import watching\nwith watching(stall_seconds=1.0):\n    t = time.time()\n"
+            "    while time.time() < t + 3: pass\ntime.sleep(2)\nprint('done')\n")  # idle after the block: fine
+    p = subprocess.run([sys.executable, "-c", busy], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == "done\n" and "no CPU time" not in p.stderr
+    with pytest.raises(ValueError, match="stall_seconds must be a positive"):
+        with watchdog.watching(stall_seconds=0):
+            pass
+
+
+def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tmp_path, monkeypatch):
+    """The command's own process is watched where it runs the papers itself (no ``--jobs``, or one paper); a
+    ``--jobs`` parent, which waits on its children (each watched by it), and a ``--jobs`` child are not."""
+    import contextlib
+
+    import jaxicl.experiments as E
+    from jaxicl import watchdog
+
+    watched = []
+
+    @contextlib.contextmanager
+    def fake_watching(*args, **kwargs):
+        watched.append(True)
+        yield None
+
+    monkeypatch.setattr(watchdog, "watching", fake_watching)
+    monkeypatch.setattr(E, "reproduce", lambda names, **kwargs: [_fake_paper(n) for n in names])
+    base = ["reproduce", "--out", str(tmp_path), "--no-cache"]
+    expected = {("ahn2023",): True, ("ahn2023", "gatmiry2024"): True, ("ahn2023", "gatmiry2024", "--jobs", "2"): False,
+                ("ahn2023", "--jobs", "2"): True, ("ahn2023", "--result-file", str(tmp_path / "r.pkl")): False}
+    for extra, watch in expected.items():
+        watched.clear()
+        assert cli.main(base + list(extra)) == 0
+        assert bool(watched) is watch, extra
+
+
 def test_a_jobs_child_pickles_its_result_and_leaves_the_report_to_its_parent(tmp_path, monkeypatch, capsys):
     import pickle
 
@@ -239,3 +294,4 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     default, one = run("default"), run("1")
     assert int(default[0]) > 1  # XLA's own pool: one thread per CPU (the probe's reading of the thread names holds)
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
+

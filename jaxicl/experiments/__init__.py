@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
+from ..watchdog import STALL_SECONDS, process_cpu_seconds
 from .budget import TimeBudget
 from .report import Check, PaperResult, render_markdown
 
@@ -126,23 +127,6 @@ def cpu_threads_per_process(jobs: int) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // jobs)
 
 
-# A reproduction's process that has used no CPU time for this long is deadlocked: every XLA:CPU thread waits. jaxlib's
-# CPU LAPACK kernels (LU, triangular solve, Cholesky, eigh, ...) split a large batch over XLA's intra-op thread pool and
-# block the pool thread that runs them until the pieces finish; when as many such kernels run at once as the pool has
-# threads (2 on a 2-core machine), none of the pieces can start (benchmarks/README.md, "XLA:CPU deadlock").
-STALL_SECONDS = 180.0
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of process ``pid`` from /proc (None where there is no /proc: no watchdog there)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _run_watched(cmd: list[str], name: str) -> int | None:
     """Run ``cmd``; its exit status, or None if it used no CPU time for :data:`STALL_SECONDS` (Linux): then it is
     sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
@@ -150,13 +134,13 @@ def _run_watched(cmd: list[str], name: str) -> int | None:
     import subprocess
 
     proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
-    last_cpu, last_change = _cpu_seconds(proc.pid), time.monotonic()
+    last_cpu, last_change = process_cpu_seconds(proc.pid), time.monotonic()
     while True:
         try:
             return proc.wait(timeout=min(10.0, STALL_SECONDS / 4))
         except subprocess.TimeoutExpired:
             pass
-        cpu, now = _cpu_seconds(proc.pid), time.monotonic()
+        cpu, now = process_cpu_seconds(proc.pid), time.monotonic()
         if cpu is None or last_cpu is None or cpu > last_cpu:
             last_cpu, last_change = cpu, now
         elif now - last_change >= STALL_SECONDS:

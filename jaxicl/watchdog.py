@@ -1,0 +1,95 @@
+"""A watchdog for XLA:CPU's rare deadlock in a process that runs its work itself (``jaxicl reproduce`` without
+``--jobs``, ``jaxicl sweep``).
+
+jaxlib 0.10's CPU LAPACK kernels split a batch over XLA's intra-op thread pool and block the thread that runs them
+until the pieces finish; run from a pool thread, that can leave every pool thread waiting (benchmarks/README.md,
+"XLA:CPU's deadlock"). A deadlocked process uses no CPU time at all, which no jaxicl computation does for minutes.
+``--jobs`` watches each paper's process from its parent (:func:`jaxicl.experiments._run_watched`); this module
+watches the process it runs in: a daemon thread reads the CPU time of every other thread from ``/proc``, and when
+there has been none for ``stall_seconds`` it prints every thread's Python stack and starts the same command again,
+once (the compilation cache, checkpoints and a sweep's finished chunks make the second start cheap). A second stall
+ends the process with :data:`EXIT_DEADLOCKED` and a message. Linux only (elsewhere: no watchdog)."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+
+# No CPU time for this long: deadlocked. The reproductions' longest host-side waits (writing a figure, a checkpoint)
+# take seconds, and a process that computes uses CPU time all along.
+STALL_SECONDS = 180.0
+EXIT_DEADLOCKED = 75  # sysexits' EX_TEMPFAIL: the same command again will most likely finish
+RESTARTED_ENV = "JAXICL_DEADLOCK_RESTARTED"
+
+
+def process_cpu_seconds(pid: int | str = "self", exclude_thread: int | None = None) -> float | None:
+    """User + system CPU time of process ``pid``, summed over its threads from ``/proc`` but for ``exclude_thread``
+    (a native thread id); None where there is no ``/proc``."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    ticks = 0
+    for tid in tids:
+        if exclude_thread is not None and int(tid) == exclude_thread:
+            continue
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def restart_this_command(idle_seconds: float) -> None:
+    """The default action on a stall: print why and every thread's Python stack, then replace this process by the
+    same command (``sys.orig_argv``), marked in the environment; if it already was a restart, exit instead."""
+    again = os.environ.get(RESTARTED_ENV) == "1"
+    print(f"[jaxicl] this process has used no CPU time for {idle_seconds:.0f} s: deadlocked in XLA:CPU "
+          "(benchmarks/README.md); its Python stacks follow", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stdout.flush()
+    if again:
+        print("[jaxicl] deadlocked a second time: giving up; run the same command again (the compilation cache and "
+              "checkpoints keep what was done)", file=sys.stderr, flush=True)
+        os._exit(EXIT_DEADLOCKED)
+    print("[jaxicl] starting the same command again", file=sys.stderr, flush=True)
+    os.environ[RESTARTED_ENV] = "1"
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+@contextlib.contextmanager
+def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
+    """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
+    threads have used no CPU time for ``stall_seconds`` (default :data:`STALL_SECONDS`); it stops with the block.
+    Nothing is watched where ``/proc`` is missing. Only for a process that does its work itself: one that waits on
+    others (``--jobs``'s parent) looks idle."""
+    stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
+    if not stall > 0:
+        raise ValueError(f"stall_seconds must be a positive number of seconds, got {stall_seconds!r}")
+    done = threading.Event()
+
+    def watch():
+        me = threading.get_native_id()
+        last_cpu, last_change = process_cpu_seconds(exclude_thread=me), time.monotonic()
+        while not done.wait(min(10.0, stall / 4)):
+            cpu, now = process_cpu_seconds(exclude_thread=me), time.monotonic()
+            if cpu is None or last_cpu is None or cpu > last_cpu:
+                last_cpu, last_change = cpu, now
+            elif now - last_change >= stall:
+                on_stall(now - last_change)
+                last_change = time.monotonic()  # an on_stall that returns: watch for the next stall
+
+    thread = None
+    if process_cpu_seconds() is not None:
+        thread = threading.Thread(target=watch, name="jaxicl-deadlock-watchdog", daemon=True)
+        thread.start()
+    try:
+        yield thread
+    finally:
+        done.set()
