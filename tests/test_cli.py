@@ -295,3 +295,26 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     assert int(default[0]) > 1  # XLA's own pool: one thread per CPU (the probe's reading of the thread names holds)
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
 
+
+
+def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_cpu_alone(monkeypatch):
+    """The command adds its XLA options to $XLA_FLAGS unless the user named them; LLVM's optimisation level 1 only
+    where JAX can only use the CPU ($JAX_PLATFORMS, or no accelerator plugin installed)."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    cli._default_xla_flags()
+    assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
+                                               "--xla_gpu_autotune_level=0", "--xla_backend_optimization_level=1"]
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's choice stays
+    cli._default_xla_flags()
+    assert os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=3", "--xla_gpu_autotune_level=0"]
+    for platforms in ("cuda", "cpu,cuda", "tpu"):
+        monkeypatch.setenv("JAX_PLATFORMS", platforms)
+        monkeypatch.delenv("XLA_FLAGS")
+        cli._default_xla_flags()
+        assert os.environ["XLA_FLAGS"] == "--xla_gpu_autotune_level=0"
+    monkeypatch.delenv("JAX_PLATFORMS")
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "jax_plugins" else None)
+    assert cli.cpu_only() is False  # e.g. jax[cuda12]: its plugin is found without starting a backend
