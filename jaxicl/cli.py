@@ -36,7 +36,7 @@ def _use_cache(args) -> None:
 
 
 def _cmd_reproduce(args) -> int:
-    from .experiments import available, reproduce
+    from .experiments import available, reproduce, runs_in_processes
 
     names = args.names or available()
     unknown = [n for n in names if n not in available()]
@@ -54,7 +54,7 @@ def _cmd_reproduce(args) -> int:
     _use_cache(args)
     child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
-    in_process = not child and (args.jobs == 1 or len(names) == 1)
+    in_process = not child and not runs_in_processes(names, args.jobs, not args.skip_transformers)
     with watchdog.watching() if in_process else contextlib.nullcontext():
         results = reproduce(names, size=size, out=args.out,
                             progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,

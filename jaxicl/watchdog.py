@@ -26,24 +26,34 @@ EXIT_DEADLOCKED = 75  # sysexits' EX_TEMPFAIL: the same command again will most 
 RESTARTED_ENV = "JAXICL_DEADLOCK_RESTARTED"
 
 
+def _stat_cpu_seconds(path: str) -> float:
+    """User + system CPU time in a ``/proc/.../stat`` file."""
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_cpu_seconds(pid: int | str = "self", exclude_thread: int | None = None) -> float | None:
-    """User + system CPU time of process ``pid``, summed over its threads from ``/proc`` but for ``exclude_thread``
-    (a native thread id); None where there is no ``/proc``."""
+    """User + system CPU time of process ``pid`` from ``/proc`` (its ended threads' too), less that of its thread
+    ``exclude_thread`` (a native thread id); None where there is no ``/proc``."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
+        total = _stat_cpu_seconds(f"/proc/{pid}/stat")
+        return total - (0.0 if exclude_thread is None else _stat_cpu_seconds(f"/proc/{pid}/task/{exclude_thread}/stat"))
     except OSError:
         return None
-    ticks = 0
-    for tid in tids:
-        if exclude_thread is not None and int(tid) == exclude_thread:
-            continue
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # a thread that ended meanwhile
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class IdleClock:
+    """Seconds a process has gone without CPU time, from successive readings of it (None readings: never idle)."""
+
+    def __init__(self, cpu: float | None):
+        self.cpu, self.since = cpu, time.monotonic()
+
+    def idle_seconds(self, cpu: float | None) -> float:
+        now = time.monotonic()
+        if cpu is None or self.cpu is None or cpu > self.cpu:
+            self.cpu, self.since = cpu, now
+        return now - self.since
 
 
 def restart_this_command(idle_seconds: float) -> None:
@@ -76,14 +86,12 @@ def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
 
     def watch():
         me = threading.get_native_id()
-        last_cpu, last_change = process_cpu_seconds(exclude_thread=me), time.monotonic()
+        clock = IdleClock(process_cpu_seconds(exclude_thread=me))
         while not done.wait(min(10.0, stall / 4)):
-            cpu, now = process_cpu_seconds(exclude_thread=me), time.monotonic()
-            if cpu is None or last_cpu is None or cpu > last_cpu:
-                last_cpu, last_change = cpu, now
-            elif now - last_change >= stall:
-                on_stall(now - last_change)
-                last_change = time.monotonic()  # an on_stall that returns: watch for the next stall
+            idle = clock.idle_seconds(process_cpu_seconds(exclude_thread=me))
+            if idle >= stall:
+                on_stall(idle)
+                clock = IdleClock(process_cpu_seconds(exclude_thread=me))  # an on_stall that returns: watch anew
 
     thread = None
     if process_cpu_seconds() is not None:

@@ -296,7 +296,6 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
 
 
-
 def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_cpu_alone(monkeypatch):
     """The command adds its XLA options to $XLA_FLAGS unless the user named them; LLVM's optimisation level 1 only
     where JAX can only use the CPU ($JAX_PLATFORMS, or no accelerator plugin installed)."""

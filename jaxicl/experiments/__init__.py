@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
-from ..watchdog import STALL_SECONDS, process_cpu_seconds
+from ..watchdog import STALL_SECONDS, IdleClock, process_cpu_seconds
 from .budget import TimeBudget
 from .report import Check, PaperResult, render_markdown
 
@@ -47,6 +47,20 @@ def _trains(module) -> bool:
     return "budget" in inspect.signature(module.run).parameters
 
 
+def _modules(names: list[str], transformers: bool = True) -> dict:
+    """The reproductions' modules by name; without ``transformers``, those made only of transformers left out."""
+    modules = {name: importlib.import_module(REPRODUCTIONS[name][0]) for name in names}
+    if not transformers:
+        modules = {n: m for n, m in modules.items() if not getattr(m, "TRANSFORMERS_ONLY", False)}
+    return modules
+
+
+def runs_in_processes(names: list[str], jobs: int, transformers: bool = True) -> bool:
+    """Whether :func:`reproduce` runs these papers each in a process of its own (``jobs`` > 1 and more than one paper
+    to run) rather than in the calling process."""
+    return jobs > 1 and len(_modules(names, transformers)) > 1
+
+
 def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
               budget_minutes: float | None = None, transformers: bool = True, jobs: int = 1,
               write_report: bool = True) -> list[PaperResult]:
@@ -70,11 +84,9 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     if int(jobs) != jobs or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs}.")
     out = Path(out)
-    modules = {name: importlib.import_module(REPRODUCTIONS[name][0]) for name in names}
-    if not transformers:
-        modules = {n: m for n, m in modules.items() if not getattr(m, "TRANSFORMERS_ONLY", False)}
+    modules = _modules(names, transformers)
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
-    if jobs > 1 and len(modules) > 1:
+    if runs_in_processes(names, jobs, transformers):
         return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs))
     results = []
     for i, (name, module) in enumerate(modules.items()):
@@ -134,17 +146,15 @@ def _run_watched(cmd: list[str], name: str) -> int | None:
     import subprocess
 
     proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
-    last_cpu, last_change = process_cpu_seconds(proc.pid), time.monotonic()
+    clock = IdleClock(process_cpu_seconds(proc.pid))
     while True:
         try:
             return proc.wait(timeout=min(10.0, STALL_SECONDS / 4))
         except subprocess.TimeoutExpired:
             pass
-        cpu, now = process_cpu_seconds(proc.pid), time.monotonic()
-        if cpu is None or last_cpu is None or cpu > last_cpu:
-            last_cpu, last_change = cpu, now
-        elif now - last_change >= STALL_SECONDS:
-            print(f"[jaxicl] {name}: its process has used no CPU time for {now - last_change:.0f} s, deadlocked in "
+        idle = clock.idle_seconds(process_cpu_seconds(proc.pid))
+        if idle >= STALL_SECONDS:
+            print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
                   "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
             proc.send_signal(signal.SIGABRT)
             proc.wait()
