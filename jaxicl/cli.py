@@ -164,16 +164,27 @@ def cpu_only() -> bool:
     return importlib.util.find_spec("libtpu") is None
 
 
-def _default_xla_flags() -> None:
-    """Add DEFAULT_XLA_FLAGS (and CPU_XLA_FLAGS where :func:`cpu_only`) to $XLA_FLAGS, each unless already named
-    there (read when JAX creates its backend, i.e. before any computation)."""
+@contextlib.contextmanager
+def _default_xla_flags():
+    """Within the block, DEFAULT_XLA_FLAGS (and CPU_XLA_FLAGS where :func:`cpu_only`) are added to $XLA_FLAGS, each
+    unless already named there (read when JAX creates its backend, i.e. before any computation, and by the processes
+    the command starts); after it, $XLA_FLAGS is as it was (a test that calls :func:`main` leaves no flags behind
+    for the processes it starts later)."""
     import os
 
-    flags = os.environ.get("XLA_FLAGS", "")
+    before = os.environ.get("XLA_FLAGS")
+    flags = before or ""
     defaults = {**DEFAULT_XLA_FLAGS, **(CPU_XLA_FLAGS if cpu_only() else {})}
     extra = [f"{k}={v}" for k, v in defaults.items() if k not in flags]
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = before
 
 
 def size_cpu_thread_pool(threads: int) -> None:
@@ -205,11 +216,10 @@ def size_cpu_thread_pool(threads: int) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("reproduce", "sweep"):
-        _default_xla_flags()
-    if getattr(args, "cpu_threads", None):
-        size_cpu_thread_pool(args.cpu_threads)
-    return args.func(args)
+    with _default_xla_flags() if args.command in ("reproduce", "sweep") else contextlib.nullcontext():
+        if getattr(args, "cpu_threads", None):
+            size_cpu_thread_pool(args.cpu_threads)
+        return args.func(args)
 
 
 if __name__ == "__main__":

@@ -301,17 +301,19 @@ def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_c
     where JAX can only use the CPU ($JAX_PLATFORMS, or no accelerator plugin installed)."""
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-    cli._default_xla_flags()
-    assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
-                                               "--xla_gpu_autotune_level=0", "--xla_backend_optimization_level=1"]
+    with cli._default_xla_flags():
+        assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
+                                                   "--xla_gpu_autotune_level=0", "--xla_backend_optimization_level=1"]
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"  # as it was after the command
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's choice stays
-    cli._default_xla_flags()
-    assert os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=3", "--xla_gpu_autotune_level=0"]
+    with cli._default_xla_flags():
+        assert os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=3", "--xla_gpu_autotune_level=0"]
     for platforms in ("cuda", "cpu,cuda", "tpu"):
         monkeypatch.setenv("JAX_PLATFORMS", platforms)
-        monkeypatch.delenv("XLA_FLAGS")
-        cli._default_xla_flags()
-        assert os.environ["XLA_FLAGS"] == "--xla_gpu_autotune_level=0"
+        monkeypatch.delenv("XLA_FLAGS", raising=False)
+        with cli._default_xla_flags():
+            assert os.environ["XLA_FLAGS"] == "--xla_gpu_autotune_level=0"
+        assert "XLA_FLAGS" not in os.environ
     monkeypatch.delenv("JAX_PLATFORMS")
     import importlib.util
 
