@@ -1,0 +1,122 @@
+"""Wall time of each quick reproduction with a cold and a warm compilation cache, per backend.
+
+For each paper, ``jaxicl reproduce NAME --quick`` runs twice, each time in a fresh process with a fresh ``--out``
+(no training checkpoint is reused): first with an empty compilation cache (cold), then with the cache the first run
+filled (warm). The command's own summary line gives the compile time, the number of XLA programs and the cache hits
+(``jaxicl reproduce --progress`` splits them by stage; ``--stages`` prints that table from each run's report.md).
+One markdown row per paper and backend:
+
+    | paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | cold ÷ warm |
+
+With two backends (``--platforms gpu cpu``) a second table gives each paper's CPU ÷ GPU wall-time ratio, cold and
+warm: issue 15's item 3 asks for ≥ 5× against a 2-core CPU, which ``--cpu-cores 2`` imitates on a bigger machine by
+pinning the CPU runs to two CPUs (XLA:CPU sizes its thread pool from them).
+
+Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
+[--stages]`` (default: every paper, JAX's default backend). Minutes per paper on a 2-core CPU
+(``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the transformer
+trainings (and the AlgoFormer paper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+)/(?P<asserted>\d+) checks passed in (?P<wall>[\d.]+) s "
+                     r"\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
+                     r"persistent cache\)")
+
+
+@dataclasses.dataclass
+class Run:
+    seconds: float  # the whole command, start-up included
+    passed: int
+    asserted: int
+    compile: float
+    programs: int
+    hits: int
+    report: Path
+
+
+def reproduce_once(name: str, cache: str, platform: str | None, cpus: list[int] | None, transformers: bool) -> Run:
+    """``jaxicl reproduce NAME --quick`` in a fresh process with a fresh --out and the compilation cache ``cache``."""
+    out = Path(tempfile.mkdtemp(prefix=f"bench_reproduce_{name}_"))
+    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, "--quick", "--out", str(out), "--cache-dir", cache]
+    cmd += [] if transformers else ["--skip-transformers"]
+    env = dict(os.environ) | ({"JAX_PLATFORMS": platform} if platform else {})
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, preexec_fn=pin, capture_output=True, text=True)
+    seconds = time.perf_counter() - t
+    m = SUMMARY.search(proc.stdout)
+    if proc.returncode not in (0, 1) or m is None:  # 1: a check failed (reported in the row), else it broke
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return Run(seconds, int(m["passed"]), int(m["asserted"]), float(m["compile"]), int(m["programs"]), int(m["hits"]),
+               out / "report.md")
+
+
+def stage_table(report: Path, name: str) -> str:
+    """The stage table ("Where the time went") of paper ``name`` in a report.md."""
+    text = report.read_text()
+    start = text.find("| stage |", max(text.find(f"## {name}:"), 0))
+    end = text.find("\n\n", start)
+    return text[start:end if end > 0 else None]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help="papers (default: all, see `jaxicl list`)")
+    ap.add_argument("--platforms", nargs="+", default=[None],
+                    help="JAX_PLATFORMS of each set of runs, e.g. gpu cpu (default: JAX's default backend)")
+    ap.add_argument("--cpu-cores", type=int, default=None,
+                    help="pin the runs whose platform is cpu to this many CPUs (default: all)")
+    ap.add_argument("--skip-transformers", action="store_true", help="leave out the transformer trainings")
+    ap.add_argument("--stages", action="store_true", help="print each run's per-stage table")
+    args = ap.parse_args()
+    from jaxicl.experiments import _modules, available
+
+    names = args.names or available()
+    unknown = sorted(set(names) - set(available()))
+    if unknown:
+        ap.error(f"unknown reproduction(s) {unknown}; available: {available()}")
+    names = list(_modules(names, not args.skip_transformers))  # papers made only of transformers: none left
+    cpus = sorted(os.sched_getaffinity(0))[: args.cpu_cores] if args.cpu_cores and hasattr(os, "sched_getaffinity") \
+        else None
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}"
+          + (f"; cpu runs pinned to CPUs {cpus}" if cpus else ""), flush=True)
+    print("| paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | "
+          "cold ÷ warm |\n|---|---|---|---|---|---|", flush=True)
+    walls = {}
+    for name in names:
+        for platform in args.platforms:
+            label = platform or "default"
+            pinned = cpus if platform == "cpu" else None
+            with tempfile.TemporaryDirectory(prefix="bench_reproduce_cache_") as cache:
+                cold = reproduce_once(name, cache, platform, pinned, not args.skip_transformers)
+                warm = reproduce_once(name, cache, platform, pinned, not args.skip_transformers)
+            walls[name, label] = (cold.seconds, warm.seconds)
+            print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | "
+                  f"{warm.passed}/{warm.asserted} | {cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs} | "
+                  f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs} | "
+                  f"{cold.seconds / warm.seconds:.2f}× |", flush=True)
+            if args.stages:
+                for what, run in (("cold", cold), ("warm", warm)):
+                    print(f"\n{name}, {label}, {what}:\n{stage_table(run.report, name)}\n", flush=True)
+    if len(args.platforms) == 2:
+        a, b = (p or "default" for p in args.platforms)
+        print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")
+        for name in names:
+            (ca, wa), (cb, wb) = walls[name, a], walls[name, b]
+            print(f"| {name} | {cb / ca:.2f}× ({cb:.0f} s / {ca:.0f} s) | {wb / wa:.2f}× ({wb:.0f} s / {wa:.0f} s) |")
+
+
+if __name__ == "__main__":
+    main()
