@@ -227,3 +227,27 @@ def test_bad_input():
         icl.population_loss(MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3, 7), task)
     with pytest.raises(ValueError, match="Assumption 2 fails"):
         Y.theorem1_constants(MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 1, 3, 6), tasks.TemplateRegression(tok, feats, 2, 0.1))
+
+
+def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded_to_the_largest():
+    """Fig. 4's sweep pads H only to the next power of two (one program per width), yet each H runs from the first H
+    heads of one max(H) draw: its curve is gradient descent on the model padded to max(H) (float32, as the sweep)."""
+    import dataclasses
+
+    from jaxicl.experiments import yang2024 as Yx
+
+    cfg = dataclasses.replace(Yx.SIZES["quick"], d=D, K=K, N=N, m=M, fig4_heads=(1, 3, 9), fig4_steps=10,
+                              record_every=1, eta_Q=1.0, eta_w=1.0, transformer=None)
+    assert Yx.fig4_widths(cfg.fig4_heads, 9) == {1: 1, 3: 4, 9: 9}
+    key = jax.random.PRNGKey(3)
+    with jax.enable_x64(True):
+        task64 = Yx.paper_task(cfg, jax.random.PRNGKey(4))
+        ds = Yx.fig4_sweep(cfg, task64, key)
+        A = Y.optimal_prediction_matrix(task64).astype(jnp.float32)
+    with jax.enable_x64(False):
+        excess = Yx._excess_fn(Yx._cast(task64, jnp.float32), A)
+        for h in cfg.fig4_heads:
+            m0 = MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 0), h, D, K, cfg.beta, max_heads=9, dtype=jnp.float32)
+            _, curve = icl.gradient_descent(excess, m0, m0.step_sizes(cfg.eta_Q, cfg.eta_w), cfg.fig4_steps,
+                                            record_every=1)
+            np.testing.assert_allclose(ds.excess.sel(heads=h).values, np.asarray(curve), rtol=1e-4)
