@@ -86,7 +86,7 @@ class Config:
     fig3_seeds: int = 8
     fig3_mc_Ns: tuple = (60, 80, 100, 120, 150)
     fig3_mc: int = 4000
-    # Fig. 4: one sweep over H (padded to the largest, masked), the same step sizes for every H
+    # Fig. 4: a sweep over H (padded to the next power of two, masked), the same step sizes for every H
     fig4_heads: tuple = (1, 5, 10, 20, 30, 40, 50, 100, 400)
     fig4_steps: int = 600
     fig4_converged: float = 2e-3  # Δ(T)/Δ(0) below which a run counts as converged
