@@ -46,10 +46,11 @@ class Run:
     report: Path
 
 
-def reproduce_once(name: str, cache: str, platform: str | None, cpus: list[int] | None, transformers: bool) -> Run:
-    """``jaxicl reproduce NAME --quick`` in a fresh process with a fresh --out and the compilation cache ``cache``."""
-    out = Path(tempfile.mkdtemp(prefix=f"bench_reproduce_{name}_"))
-    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, "--quick", "--out", str(out), "--cache-dir", cache]
+def reproduce_once(name: str, out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
+                   transformers: bool) -> Run:
+    """``jaxicl reproduce NAME --quick`` in a fresh process, into ``out`` (a new directory) with the compilation cache
+    ``cache``."""
+    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, "--quick", "--out", str(out), "--cache-dir", str(cache)]
     cmd += [] if transformers else ["--skip-transformers"]
     env = dict(os.environ) | ({"JAX_PLATFORMS": platform} if platform else {})
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
@@ -99,17 +100,18 @@ def main():
         for platform in args.platforms:
             label = platform or "default"
             pinned = cpus if platform == "cpu" else None
-            with tempfile.TemporaryDirectory(prefix="bench_reproduce_cache_") as cache:
-                cold = reproduce_once(name, cache, platform, pinned, not args.skip_transformers)
-                warm = reproduce_once(name, cache, platform, pinned, not args.skip_transformers)
-            walls[name, label] = (cold.seconds, warm.seconds)
-            print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | "
-                  f"{warm.passed}/{warm.asserted} | {cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs} | "
-                  f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs} | "
-                  f"{cold.seconds / warm.seconds:.2f}× |", flush=True)
-            if args.stages:
-                for what, run in (("cold", cold), ("warm", warm)):
-                    print(f"\n{name}, {label}, {what}:\n{stage_table(run.report, name)}\n", flush=True)
+            with tempfile.TemporaryDirectory(prefix=f"bench_reproduce_{name}_") as tmp:  # cache and both --out
+                runs = {what: reproduce_once(name, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
+                                             not args.skip_transformers) for what in ("cold", "warm")}
+                cold, warm = runs["cold"], runs["warm"]
+                walls[name, label] = (cold.seconds, warm.seconds)
+                print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | "
+                      f"{warm.passed}/{warm.asserted} | {cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs} | "
+                      f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs} | "
+                      f"{cold.seconds / warm.seconds:.2f}× |", flush=True)
+                if args.stages:
+                    for what, run in runs.items():
+                        print(f"\n{name}, {label}, {what}:\n{stage_table(run.report, name)}\n", flush=True)
     if len(args.platforms) == 2:
         a, b = (p or "default" for p in args.platforms)
         print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")

@@ -334,7 +334,7 @@ def fig4_sweep(cfg: Config, task64, key, out=None, progress: bool = False) -> xr
     """Every H of cfg.fig4_heads, H a traced integer: heads padded to the next power of two (:func:`fig4_widths`)
     and masked, one compiled program per padded width. Each H's initial Q is the first H of one draw of max(H)
     heads, so the runs are those of padding every H to max(H) (as the paper's models differ only in H), without the
-    cost: max(H) = 400 heads for H = 1 made the quick sweep 8× longer. Same (η_Q, η_w) for every H; a diverging run
+    cost (the quick sweep's run: 32 s padded to 400 heads, 7 s so). Same (η_Q, η_w) for every H; a diverging run
     is recorded (non-finite from its divergence on), not raised."""
     H_max = max(cfg.fig4_heads)
     A = Y.optimal_prediction_matrix(task64).astype(jnp.float32)
