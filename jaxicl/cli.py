@@ -52,6 +52,8 @@ def _cmd_reproduce(args) -> int:
         print(f"jaxicl: --jobs must be a positive number of processes, got {args.jobs}", file=sys.stderr)
         return 2
     _use_cache(args)
+    if args.part is not None:  # one part of a paper, in a --jobs run's process: its parent assembles the paper
+        return _reproduce_part(args, names, size)
     child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
     in_process = not child and not runs_in_processes(names, args.jobs, not args.skip_transformers)
@@ -79,6 +81,26 @@ def _cmd_reproduce(args) -> int:
         print(f"[jaxicl] training unfinished in {', '.join(partial)} (budget reached): run the same command again to "
               "resume", file=sys.stderr)
         return 3
+    return 0
+
+
+def _reproduce_part(args, names: list[str], size: str) -> int:
+    import pickle
+
+    from ._io import atomic_output
+    from .experiments import reproduce_part
+
+    if len(names) != 1 or args.result_file is None:
+        print("jaxicl: --part takes one paper and a --result-file", file=sys.stderr)
+        return 2
+    try:
+        results = reproduce_part(names[0], args.part, size=size, out=args.out, progress=args.progress,
+                                 budget_minutes=args.budget)
+    except ValueError as e:
+        print(f"jaxicl: {e}", file=sys.stderr)
+        return 2
+    with atomic_output(args.result_file) as tmp:
+        Path(tmp).write_bytes(pickle.dumps(results))
     return 0
 
 
@@ -128,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run up to N papers at once, each in its own process (default 1); the report is the same")
     p.add_argument("--result-file", default=None, help=argparse.SUPPRESS)  # a --jobs parent's per-paper process
+    p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # a --jobs parent's process for part of a paper
     p.add_argument("--cpu-threads", type=int, default=None, help=argparse.SUPPRESS)  # its share of the cores
     _add_cache_options(p)
     p.set_defaults(func=_cmd_reproduce)

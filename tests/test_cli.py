@@ -87,6 +87,40 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert xr.load_dataset(tmp_path / "algoformer" / "fig5.nc", engine="h5netcdf").sizes == {"sigma": 3, "iteration": 20}
     assert xr.load_dataset(tmp_path / "algoformer" / "fig3.nc", engine="h5netcdf").sizes == {"setting": 2, "loops": 4}
 
+    # --jobs: each of its PARTS in a process of its own (started through a wrapper that gives them the toy size and
+    # this test's float64), the paper assembled here from their datasets. Every model is trained: they evaluate from
+    # the checkpoints, and the report's checks and the data files are the in-process run's (rtol: the processes' XLA
+    # thread pools differ)
+    import re
+    import sys
+
+    import jaxicl.experiments as E
+
+    files = ("fig2.nc", "fig3.nc", "fig5.nc")
+    in_process = {f: xr.load_dataset(tmp_path / "algoformer" / f, engine="h5netcdf") for f in files}
+    rows = lambda: [ln for ln in (tmp_path / "report.md").read_text().splitlines()  # noqa: E731  (checks table)
+                    if ln.startswith("| Fig.") and ln.endswith(("| pass |", "| report |", "| **FAIL** |"))]
+    checks = rows()
+    wrapper = tmp_path / "child.py"
+    wrapper.write_text(f"import sys\nimport jax\njax.config.update('jax_enable_x64', True)\nfrom jaxicl import cli\n"
+                       f"from jaxicl.experiments import algoformer as A\n"
+                       f"A.SIZES['quick'] = A.{tiny!r}\nsys.exit(cli.main(sys.argv[1:]))\n")
+    child = E._child_command
+    started = []
+
+    def toy_child(*args, **kwargs):
+        cmd = child(*args, **kwargs)
+        started.append(cmd[cmd.index("--part") + 1])
+        return [sys.executable, str(wrapper), *cmd[3:]]  # cmd[:3]: python -m jaxicl.cli
+
+    monkeypatch.setattr(E, "_child_command", toy_child)
+    assert cli.main(sliced + ["--jobs", "2"]) in (0, 1)
+    assert sorted(started) == sorted(A.PARTS) and len(checks) == 16 and rows() == checks
+    assert re.search(r"\[jaxicl\] algoformer: \d+/9 checks passed in [\d.]+ s over 4 processes", capsys.readouterr().out)
+    for f in files:
+        xr.testing.assert_allclose(xr.load_dataset(tmp_path / "algoformer" / f, engine="h5netcdf"), in_process[f],
+                                   rtol=1e-5)
+
 
 def test_jobs_must_be_positive(capsys):
     assert cli.main(["reproduce", "ahn2023", "--jobs", "0", "--out", "unused", "--no-cache"]) == 2
@@ -108,7 +142,7 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
 
     import jaxicl.experiments as E
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
         delay = {"ahn2023": 1.0, "gatmiry2024": 0.0, "zhang2023": 0.0}[name]
         if name == "zhang2023":
             return [sys.executable, "-c", "import sys; sys.exit(7)"]
@@ -139,16 +173,64 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         "algoformer", "zhang2023", "yang2024", "ahn2023", "gatmiry2024", "unknown"]
     started = []
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
         started.append(name)
         data = pickle.dumps([_fake_paper(name)])
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    names = ["ahn2023", "gatmiry2024", "algoformer"]
+    names = ["ahn2023", "gatmiry2024", "zhang2023"]
     results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
-    assert started == ["algoformer", "ahn2023", "gatmiry2024"]
+    assert started == ["zhang2023", "ahn2023", "gatmiry2024"]
     assert [r.name for r in results] == names
+    # the AlgoFormer's parts are jobs of their own: the two workers' estimated wall times are 876 s and 869 s
+    jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
+    assert E.longest_first(jobs) == ["zhang2023", "yang2024", "algoformer/regression", "algoformer/fig5", "ahn2023",
+                                     "algoformer/cot", "algoformer/ar", "gatmiry2024"]
+
+
+def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are_done(tmp_path, monkeypatch, capsys):
+    """A paper with ``PARTS`` (the AlgoFormer's: Fig. 2 task by task, Fig. 5) runs each part in a process of its own
+    under ``--jobs``, longest first among the other jobs; once its last part is done, its ``assemble`` (called once,
+    with every part's result) makes the paper's result, reported in the given order. Here a stand-in paper in two
+    parts with stand-in processes (the real AlgoFormer's parts: test_algoformer_pipeline_… above)."""
+    import pickle
+    import sys
+    import types
+
+    import jaxicl.experiments as E
+
+    assembled = []
+
+    def assemble(size, out, parts):
+        assembled.append(sorted(p.part for p in parts))
+        return E.PaperResult("parted", "a paper in two parts", size,
+                             [E.Check(f"claim of {p.part}", "1", "1", "exact", p.datasets["ok"]) for p in parts], [], [])
+
+    module = types.ModuleType("fake_parted_paper")
+    module.PARTS = ("long", "short")
+    module.assemble = assemble
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(E.REPRODUCTIONS, "parted", (module.__name__, "a paper in two parts"))
+    monkeypatch.setitem(E.QUICK_SECONDS, "parted/long", 1000)
+    monkeypatch.setitem(E.QUICK_SECONDS, "parted/short", 1)
+    started = []
+
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
+        started.append(E._job_name(name, part))
+        res = _fake_paper(name) if part is None else E.PartResult(name, part, {"ok": part == "long"})
+        return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({pickle.dumps([res])!r})"]
+
+    monkeypatch.setattr(E, "_child_command", fake_child)
+    assert E.runs_in_processes(["parted"], jobs=2) and not E.runs_in_processes(["parted"], jobs=1)
+    names = ["ahn2023", "parted", "gatmiry2024"]
+    results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
+    assert started == ["parted/long", "ahn2023", "gatmiry2024", "parted/short"]
+    assert assembled == [["long", "short"]]
+    assert [r.name for r in results] == names and [c.passed for c in results[1].checks] == [True, False]
+    assert "[jaxicl] parted: 1/2 checks passed in 0.0 s over 2 processes" in capsys.readouterr().out
+    report = (tmp_path / "report.md").read_text()
+    assert report.index("## ahn2023") < report.index("## parted") < report.index("## gatmiry2024")
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
@@ -164,7 +246,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     monkeypatch.setattr(E, "STALL_SECONDS", 2.0)
     marker = tmp_path / "started-once"
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
         data = pickle.dumps([_fake_paper(name)])
         write = f"open({str(result_file)!r}, 'wb').write({data!r})"
         if name == "ahn2023":  # hangs the first time only
@@ -237,7 +319,8 @@ def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tm
     monkeypatch.setattr(E, "reproduce", lambda names, **kwargs: [_fake_paper(n) for n in names])
     base = ["reproduce", "--out", str(tmp_path), "--no-cache"]
     expected = {("ahn2023",): True, ("ahn2023", "gatmiry2024"): True, ("ahn2023", "gatmiry2024", "--jobs", "2"): False,
-                ("ahn2023", "--jobs", "2"): True, ("ahn2023", "--result-file", str(tmp_path / "r.pkl")): False}
+                ("ahn2023", "--jobs", "2"): True, ("algoformer", "--jobs", "2"): False,  # its parts: processes
+                ("ahn2023", "--result-file", str(tmp_path / "r.pkl")): False}
     for extra, watch in expected.items():
         watched.clear()
         assert cli.main(base + list(extra)) == 0

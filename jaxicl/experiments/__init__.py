@@ -13,7 +13,7 @@ from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
 from ..watchdog import STALL_SECONDS, IdleClock, process_cpu_seconds
 from .budget import TimeBudget
-from .report import Check, PaperResult, render_markdown
+from .report import Check, PaperResult, PartResult, render_markdown
 
 # name -> (module, one-line description); later issues add their papers here.
 REPRODUCTIONS = {
@@ -25,21 +25,27 @@ REPRODUCTIONS = {
 }
 
 
-# Seconds each quick reproduction took alone on the 2-core reference VM (2026-11-24: a clean-clone `make reproduce
-# JOBS=1`; algoformer after 937fd6e; benchmarks/README.md): ``--jobs`` starts the longest first, so that the last
-# paper to start is a short one.
-QUICK_SECONDS = {"zhang2023": 478, "ahn2023": 116, "gatmiry2024": 73, "yang2024": 415, "algoformer": 687}
+# Seconds each quick job of ``--jobs`` took on the 2-core reference VM, two processes sharing it (a clean-clone
+# `make reproduce`, 2026-11-25; benchmarks/README.md): a paper, or a part of one ("paper/part", its ``PARTS``).
+# ``--jobs`` starts the longest first, so that the last job to start is a short one.
+QUICK_SECONDS = {"zhang2023": 437, "ahn2023": 173, "gatmiry2024": 75, "yang2024": 394, "algoformer/regression": 227,
+                 "algoformer/ar": 108, "algoformer/cot": 123, "algoformer/fig5": 208}
 
 
 def available() -> list[str]:
     return list(REPRODUCTIONS)
 
 
-def longest_first(names: list[str]) -> list[str]:
-    """``names`` in the order ``--jobs`` starts them: longest quick run first (:data:`QUICK_SECONDS`; unknown names
-    last, in the order given). With two workers this balances the two: algoformer + ahn2023 + gatmiry2024 on one,
-    zhang2023 + yang2024 on the other (876 s against 893 s of single-process time)."""
-    return sorted(names, key=lambda n: -QUICK_SECONDS.get(n, 0))
+def _seconds(job: str) -> float:
+    """A job's quick wall time (:data:`QUICK_SECONDS`); a paper's is the sum of its parts'."""
+    return QUICK_SECONDS.get(job, sum(v for k, v in QUICK_SECONDS.items() if k.startswith(f"{job}/")))
+
+
+def longest_first(jobs: list[str]) -> list[str]:
+    """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first
+    (:data:`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end within
+    seconds of each other (876 s against 869 s of estimated wall time)."""
+    return sorted(jobs, key=lambda n: -_seconds(n))
 
 
 def _trains(module) -> bool:
@@ -55,10 +61,46 @@ def _modules(names: list[str], transformers: bool = True) -> dict:
     return modules
 
 
+def _jobs(modules: dict) -> list[tuple[str, str | None]]:
+    """The processes of a ``--jobs`` run: (paper, part) for each part of a paper with ``PARTS`` (independent pieces
+    of work: :class:`PartResult`), else (paper, None)."""
+    return [(name, part) for name, m in modules.items() for part in (getattr(m, "PARTS", None) or (None,))]
+
+
+def _job_name(name: str, part: str | None) -> str:
+    return name if part is None else f"{name}/{part}"
+
+
 def runs_in_processes(names: list[str], jobs: int, transformers: bool = True) -> bool:
-    """Whether :func:`reproduce` runs these papers each in a process of its own (``jobs`` > 1 and more than one paper
-    to run) rather than in the calling process."""
-    return jobs > 1 and len(_modules(names, transformers)) > 1
+    """Whether :func:`reproduce` runs these papers in processes of their own, one per paper or part of a paper
+    (``jobs`` > 1 and more than one of those to run), rather than in the calling process."""
+    return jobs > 1 and len(_jobs(_modules(names, transformers))) > 1
+
+
+def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 1) -> None:
+    where = "" if processes == 1 else f" over {processes} processes"
+    print(f"[jaxicl] {name}: {sum(c.passed is True for c in res.checks)}/{sum(c.passed is not None for c in res.checks)} "
+          f"checks passed in {timing.wall:.1f} s{where} (compile {timing.compile:.1f} s, {timing.programs} XLA "
+          f"programs, {timing.cache_hits} from the persistent cache)", flush=True)
+    for fig, status in res.partial.items():
+        print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)
+
+
+def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report", progress: bool = False,
+                   budget_minutes: float | None = None) -> list[PartResult]:
+    """One part of a paper (its ``PARTS``; a ``--jobs`` run's process): trained and evaluated, checkpointed under
+    ``out``, its datasets returned for the paper's ``assemble`` (no report written)."""
+    module = _modules([name])[name]
+    if part not in (getattr(module, "PARTS", None) or ()):
+        raise ValueError(f"{name} has no part {part!r}; its parts: {list(getattr(module, 'PARTS', None) or ())}.")
+    print(f"[jaxicl] reproducing {name}/{part} ({size}) ...", flush=True)
+    whole = StageTimer()
+    budget = None if budget_minutes is None else TimeBudget(60 * budget_minutes)
+    (res,) = module.run_parts([part], size=size, out=Path(out), progress=progress, budget=budget)
+    done = whole.lap(part)
+    print(f"[jaxicl] {name}/{part}: done in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA "
+          f"programs, {done.cache_hits} from the persistent cache)", flush=True)
+    return [res]
 
 
 def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
@@ -103,11 +145,7 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
             res.stages.append(Stage("figures, data files, set-up", max(done.wall - rest.wall, 0.0),
                                     max(done.compile - rest.compile, 0.0), done.programs - rest.programs,
                                     done.cache_hits - rest.cache_hits))
-        print(f"[jaxicl] {name}: {sum(c.passed is True for c in res.checks)}/{sum(c.passed is not None for c in res.checks)} "
-              f"checks passed in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA programs, "
-              f"{done.cache_hits} from the persistent cache)", flush=True)
-        for fig, status in res.partial.items():
-            print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)
+        _print_summary(name, res, done)
         results.append(res)
         if write_report:
             atomic_write_text(out / "report.md", render_markdown(results))  # keep finished papers if interrupted
@@ -115,14 +153,16 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
 
 
 def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
-                   result_file: Path, threads: int | None = None) -> list[str]:
-    """``jaxicl reproduce NAME`` as a process that pickles its result to ``result_file`` and writes no report.md,
-    with this process's size, output directory, budget end and compilation cache, and XLA:CPU's thread pool sized to
-    ``threads`` (:func:`jaxicl.cli.size_cpu_thread_pool`; None: XLA's default)."""
+                   result_file: Path, threads: int | None = None, part: str | None = None) -> list[str]:
+    """``jaxicl reproduce NAME`` (``--part PART``: that part of it) as a process that pickles its result to
+    ``result_file`` and writes no report.md, with this process's size, output directory, budget end and compilation
+    cache, and XLA:CPU's thread pool sized to ``threads`` (:func:`jaxicl.cli.size_cpu_thread_pool`; None: XLA's
+    default)."""
     import jax
 
     cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
            "--result-file", str(result_file)]
+    cmd += [] if part is None else ["--part", part]
     cmd += ["--progress"] if progress else []
     cmd += [] if transformers else ["--skip-transformers"]
     cmd += [] if end is None else ["--budget", repr(max(end - time.time(), 0.06) / 60)]
@@ -163,53 +203,67 @@ def _run_watched(cmd: list[str], name: str) -> int | None:
 
 def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
                       transformers: bool, jobs: int) -> list[PaperResult]:
-    """Each paper in its own process, up to ``jobs`` at once, all sharing the persistent compilation cache.
+    """Each paper in its own process, or each part of a paper with ``PARTS`` (:func:`reproduce_part`; the paper is
+    assembled here once all its parts are done), up to ``jobs`` at once, all sharing the persistent compilation cache.
 
     Several processes use a machine better than one: XLA compiles on one thread, and the reproductions' many small
     programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
     names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
-    whole call's wall clock: a paper that starts later gets what is left of it. Papers start longest first
-    (:func:`longest_first`), so the machine is not left to one long paper at the end. Each process starts XLA:CPU with
-    its share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A process that uses no CPU time
-    for :data:`STALL_SECONDS` has deadlocked (:func:`_run_watched`): its Python stacks are printed and it is started
-    once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError`` naming
-    the paper once the others have finished."""
+    whole call's wall clock: a process that starts later gets what is left of it. Processes start longest first
+    (:func:`longest_first`), so the machine is not left to one long job at the end. Each starts XLA:CPU with its
+    share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A process that uses no CPU time for
+    :data:`STALL_SECONDS` has deadlocked (:func:`_run_watched`): its Python stacks are printed and it is started
+    once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError``
+    naming the paper (and part) once the others have finished."""
     import pickle
     import tempfile
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    modules = _modules(names, transformers)
+    todo = _jobs(modules)
     results: dict[str, PaperResult] = {}
+    parts: dict[str, list[PartResult]] = {name: [] for name in names}
     lock = threading.Lock()
     threads = cpu_threads_per_process(jobs)
     with tempfile.TemporaryDirectory(prefix="jaxicl-results-") as tmp:
 
-        def one(name):
-            result_file = Path(tmp) / f"{name}.pkl"
+        def one(job):
+            name, part = job
+            label = _job_name(name, part)
+            result_file = Path(tmp) / f"{label.replace('/', '-')}.pkl"
             for attempt in (1, 2):  # a deadlocked process is stopped and started once more (compile cache, checkpoints)
-                cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads)
-                rc = _run_watched(cmd, name)
+                cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part)
+                rc = _run_watched(cmd, label)
                 if rc is not None:
                     break
                 if attempt == 1:
-                    print(f"[jaxicl] {name}: starting it again", flush=True)
+                    print(f"[jaxicl] {label}: starting it again", flush=True)
             if rc is None:
-                raise RuntimeError(f"the {name} reproduction's process stopped using CPU time twice (XLA:CPU deadlock, "
-                                   "see benchmarks/README.md); its Python stacks are printed above")
+                raise RuntimeError(f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
+                                   "deadlock, see benchmarks/README.md); its Python stacks are printed above")
             if not result_file.exists():
-                raise RuntimeError(f"the {name} reproduction's process exited with status {rc} before it finished")
+                raise RuntimeError(f"the {label} reproduction's process exited with status {rc} before it finished")
             with open(result_file, "rb") as f:
                 (res,) = pickle.load(f)
             with lock:
+                if part is not None:  # the paper's last part assembles it (datasets -> checks, figures, files)
+                    parts[name].append(res)
+                    n_parts = sum(n == name for n, _ in todo)
+                    if len(parts[name]) < n_parts:
+                        return
+                    res = modules[name].assemble(size, out, parts[name])
+                    _print_summary(name, res, total(res.stages), n_parts)
                 results[name] = res
                 atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # submitted longest first, reported in the given order
-            futures = [pool.submit(one, name) for name in longest_first(names)]
+            order = {_job_name(*j): j for j in todo}
+            futures = [pool.submit(one, order[label]) for label in longest_first(list(order))]
     for future in futures:  # the first crash, once every paper has finished
         if future.exception() is not None:
             raise future.exception()
-    return [results[n] for n in names]
+    return [results[n] for n in names if n in modules]
 
 
-__all__ = ["Check", "PaperResult", "REPRODUCTIONS", "available", "reproduce"]
+__all__ = ["Check", "PaperResult", "PartResult", "REPRODUCTIONS", "available", "reproduce", "reproduce_part"]

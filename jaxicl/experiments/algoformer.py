@@ -13,6 +13,11 @@ Every model is trained by :func:`jaxicl.dynamics.train` (AdamW) with a checkpoin
 noise level, one shape) train as one vmapped ensemble; Fig. 3's (T, ΔT) settings train one by one (each computes
 only the loop counts its loss weighs), and its (T, ΔT) = cfg.loops is Fig. 2's regression AlgoFormer.
 
+The work comes in :data:`PARTS` (Fig. 2 task by task, with Fig. 3 beside the regression task, and Fig. 5), which
+:func:`run_parts` computes and :func:`assemble` turns into checks, figures and data files; ``jaxicl reproduce --jobs``
+runs each part in a process of its own, so that this paper, two thirds of a quick run's training, is spread over
+the cores.
+
 Sizes: ``quick`` (2-core CPU, minutes) is far smaller than the paper; ``full`` is the paper's setting
 (§5.1: d = 20, N = 40, D = 256, 12-layer standard transformer, one-layer pre/loop/post, (T, ΔT) = (20, 15),
 Adam lr 1e-4, 500k steps, batch 64) and needs a GPU.
@@ -33,8 +38,8 @@ import xarray as xr
 
 from .. import baselines, losses, models, tasks
 from ..dynamics import train
-from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
-from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
+from .budget import TimeBudget, least_complete, mark_partial, next_deadline, partial_status, plan
+from .report import Check, PaperResult, PartResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "algoformer"
 TRANSFORMERS_ONLY = True  # every figure trains transformers: `jaxicl reproduce --skip-transformers` leaves it out
@@ -134,13 +139,17 @@ def _zero_error(prompts):
     return np.asarray(jnp.mean(err[:, scored], 0))
 
 
-def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False,
-         budget: TimeBudget | None = None) -> tuple[xr.Dataset, dict, dict]:
-    """Every model on every task of :func:`fig2_tasks`: (the curves, the tasks, each (task, model kind)'s
-    training result)."""
+def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None,
+         only: tuple | None = None) -> tuple[xr.Dataset, dict, dict]:
+    """Every model on every task of :func:`fig2_tasks` (or on those named in ``only``; each task's models and test
+    prompts are the same either way): (the curves, the tasks, each (task, model kind)'s training result)."""
     ts = fig2_tasks(cfg, jax.random.fold_in(key, 0))
+    if only is not None and set(only) - set(ts):
+        raise ValueError(f"unknown Fig. 2 task(s) {sorted(set(only) - set(ts))}; one of {list(ts)}.")
     data, speed, runs, trained = {}, {}, [], {}
     for ti, (tname, task) in enumerate(ts.items()):
+        if only is not None and tname not in only:
+            continue
         test = task.prompts(jax.random.fold_in(key, 100 + ti), cfg.test_prompts)
         curves = {"zero": _zero_error(test)}
         for mi, kind in enumerate(MODELS):
@@ -155,7 +164,8 @@ def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False,
         n = len(curves["zero"])
         for name, c in curves.items():
             data[f"{tname}_{name}"] = (("example_" + tname,), c[:n])
-    ds = xr.Dataset(data, coords={f"example_{t}": np.arange(1, len(data[f"{t}_zero"][1]) + 1) for t in ts})
+    ds = xr.Dataset(data, coords={f"example_{t}": np.arange(1, len(data[f"{t}_zero"][1]) + 1) for t in ts
+                                  if f"{t}_zero" in data})
     ds.attrs.update({f"steps_per_second_{k}": v for k, v in speed.items()})
     ds.attrs["status"] = partial_status(runs) or "complete"
     return ds, ts, trained
@@ -357,31 +367,66 @@ def _mark_partial_checks(checks, ds2, ds3, ds5):
     return out
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None) -> PaperResult:
+# Independent parts of the work, each trained and evaluated by a process of its own under `jaxicl reproduce --jobs`
+# (:func:`run_parts`; finer than the whole paper, so that the processes end together: benchmarks/README.md): Fig. 2
+# one task at a time, the regression task with Fig. 3 (whose (T, ΔT) = cfg.loops is its AlgoFormer), and Fig. 5.
+PARTS = ("regression", "ar", "cot", "fig5")
+
+
+def _part_runs(cfg: Config, part: str) -> int:
+    """Training runs of a part (an ensemble counts as one)."""
+    return 1 if part == "fig5" else len(MODELS) + (len(_fig3_to_train(cfg)) if part == "regression" else 0)
+
+
+def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
+              budget: TimeBudget | None = None) -> list[PartResult]:
+    """Train and evaluate ``parts`` (of :data:`PARTS`) in turn, each model checkpointed under
+    ``out/algoformer/checkpoints``; their datasets go to :func:`assemble`. Under a ``budget`` every run of these
+    parts gets its share."""
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown part(s) {unknown} of {NAME}; one of {list(PARTS)}.")
+    cfg = SIZES[size]
+    key = jax.random.PRNGKey(cfg.seed)
+    ckpt = Path(out) / NAME / "checkpoints" / size
+    plan(budget, sum(_part_runs(cfg, p) for p in parts))
+    results = []
+    for part in parts:
+        t0, lap = time.perf_counter(), lap_timer(progress)
+        if part == "fig5":
+            datasets = {"fig5": fig5(cfg, jax.random.fold_in(key, 5), ckpt, progress, budget)}
+            lap("Fig. 5")
+        else:
+            ds2, tasks2, trained2 = fig2(cfg, jax.random.fold_in(key, 2), ckpt, progress, budget, only=(part,))
+            datasets = {"fig2": ds2}
+            lap(f"Fig. 2 ({part})")
+            if part == "regression":
+                datasets["fig3"] = fig3(cfg, jax.random.fold_in(key, 3), ckpt, tasks2["regression"], trained2,
+                                        progress, budget)
+                lap("Fig. 3")
+        results.append(PartResult(NAME, part, datasets, lap.stages, time.perf_counter() - t0))
+    return results
+
+
+def assemble(size: str, out: Path, parts: list[PartResult]) -> PaperResult:
+    """The paper's checks, figures and data files (``out/algoformer/fig{2,3,5}.nc``) from the results of all
+    :data:`PARTS`, in any order: Fig. 2's dataset joins its tasks'."""
+    t0 = time.perf_counter()
     cfg = SIZES[size]
     out = Path(out)
-    t_start = time.perf_counter()
-    key = jax.random.PRNGKey(cfg.seed)
-    ckpt = out / NAME / "checkpoints" / size
-    lap = lap_timer(progress)
+    by_part = {p.part: p for p in parts}
+    missing = [p for p in PARTS if p not in by_part]
+    if missing:
+        raise ValueError(f"{NAME}: the results of part(s) {missing} are missing.")
+    parts = [by_part[p] for p in PARTS]
+    fig2_parts = [p.datasets["fig2"] for p in parts if "fig2" in p.datasets]
+    ds2 = xr.merge(fig2_parts, combine_attrs="drop_conflicts")
+    ds2.attrs["status"] = least_complete([d.attrs["status"] for d in fig2_parts])
+    ds3, ds5 = by_part["regression"].datasets["fig3"], by_part["fig5"].datasets["fig5"]
     data = []
-
-    def save(ds, name):
+    for ds, name in ((ds2, "fig2.nc"), (ds3, "fig3.nc"), (ds5, "fig5.nc")):
         save_dataset(ds, out / NAME / name)
         data.append(f"{NAME}/{name}")
-
-    # Fig. 2's models, Fig. 3's (one of which is Fig. 2's) and Fig. 5's ensemble
-    plan(budget, 3 * len(MODELS) + len(_fig3_to_train(cfg)) + 1)
-    ds2, tasks2, trained2 = fig2(cfg, jax.random.fold_in(key, 2), ckpt, progress, budget)
-    save(ds2, "fig2.nc")
-    lap("Fig. 2")
-    ds3 = fig3(cfg, jax.random.fold_in(key, 3), ckpt, tasks2["regression"], trained2, progress, budget)
-    save(ds3, "fig3.nc")
-    lap("Fig. 3")
-    ds5 = fig5(cfg, jax.random.fold_in(key, 5), ckpt, progress, budget)
-    save(ds5, "fig5.nc")
-    lap("Fig. 5")
     notes = [
         f"Size `{size}`: regression d = {cfg.d}, N = {cfg.N} (Φ*: {cfg.d}→{cfg.phi_width}→{cfg.phi_width}→{cfg.d} "
         f"leaky ReLU); AR(q) d = {cfg.ar_d}, q = {cfg.ar_q}, {cfg.ar_N} steps; CoT d = {cfg.cot_d}, depth "
@@ -395,5 +440,12 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
     ]
     figures = _figures(out, cfg, ds2, ds3, ds5)
     partial = {fig: ds.attrs["status"] for fig, ds in zip(figures, (ds2, ds3, ds5)) if ds.attrs["status"] != "complete"}
+    seconds = sum(p.seconds for p in parts) + time.perf_counter() - t0
     return PaperResult(NAME, TITLE, size, _mark_partial_checks(_checks(cfg, ds2, ds3, ds5), ds2, ds3, ds5), figures,
-                       data, time.perf_counter() - t_start, notes, lap.stages, partial)
+                       data, seconds, notes, [s for p in parts for s in p.stages], partial)
+
+
+def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
+        budget: TimeBudget | None = None) -> PaperResult:
+    """Every part (:func:`run_parts`), then :func:`assemble`."""
+    return assemble(size, out, run_parts(PARTS, size, out, progress, budget))

@@ -56,6 +56,18 @@ def partial_status(results) -> str | None:
     return None if not runs else min(runs, key=lambda r: r.step / max(r.n_steps, 1)).status()
 
 
+def least_complete(statuses) -> str:
+    """Of figure statuses ("complete" or "partial, step s of S"), the least advanced: "complete" if all are (a
+    figure whose datasets come from several parts, each with its own :func:`partial_status`)."""
+    import re
+
+    def done(status: str) -> float:
+        m = re.fullmatch(r"partial, step ([\d,]+) of ([\d,]+)", status)
+        return 1.0 if m is None else int(m[1].replace(",", "")) / max(int(m[2].replace(",", "")), 1)
+
+    return min(statuses, key=done, default="complete")
+
+
 def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
     """Checks of a figure drawn from partially trained models: reported (not asserted), labelled with ``status``."""
     if status is None:

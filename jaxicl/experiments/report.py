@@ -51,6 +51,19 @@ class PaperResult:
         return all(c.passed is not False for c in self.checks)
 
 
+@dataclasses.dataclass
+class PartResult:
+    """What one part of a reproduction computed (a paper's ``PARTS``: independent pieces of work that
+    ``jaxicl reproduce --jobs`` runs in processes of their own): its datasets by name, before the paper's
+    ``assemble`` turns them into checks, figures and data files, and where its time went."""
+
+    name: str  # the paper
+    part: str
+    datasets: dict
+    stages: list[Stage] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+
 def fmt(x, digits: int = 4) -> str:
     x = np.asarray(x)
     if x.ndim == 0:
