@@ -13,18 +13,23 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # --no-compile: pip's byte-compilation of every installed module took half the install (27 -> 13 s on a 2-core VM);
-# Python compiles the modules a run imports when it first imports them
+# Python compiles the modules a run imports when it first imports them. `make reproduce` installs the package alone
+# (7 s), the tests add their extras (pytest, notebook kernels: 11 s for both at once)
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --no-compile -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet --no-compile -e ".[test]"
 	touch $@
 
 reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick size -> $(OUT)/report.md
 	$(BIN)/jaxicl reproduce --quick --jobs $(JOBS) --out $(OUT)
 
-test: $(VENV)/.installed  ## install, then run the default test suite (slow reproductions deselected)
+test: $(VENV)/.installed-test  ## install, then run the default test suite (slow reproductions deselected)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q
 
-test-slow: $(VENV)/.installed  ## the slow tests: the long quick reproductions (see README, Tests)
+test-slow: $(VENV)/.installed-test  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q
 
 bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/README.md)
