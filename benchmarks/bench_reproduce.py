@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+)/(?P<asserted>\d+) checks passed in (?P<wall>[\d.]+) s "
-                     r"\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
+                     r"(?:over \d+ processes )?\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
                      r"persistent cache\)")
 
 
