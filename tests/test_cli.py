@@ -161,9 +161,9 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
 
 
 def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
-    """``--jobs`` starts papers longest first (their quick wall times), so that two workers end together: with two,
-    algoformer + ahn2023 + gatmiry2024 on one and zhang2023 + yang2024 on the other; the report keeps the given
-    order. One worker here, so that the start order is deterministic."""
+    """``--jobs`` starts papers (and the AlgoFormer's parts) longest first (their quick wall times), so that two
+    workers end together; the report keeps the given order. One worker here, so that the start order is
+    deterministic."""
     import pickle
     import sys
 
