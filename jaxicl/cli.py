@@ -62,12 +62,7 @@ def _cmd_reproduce(args) -> int:
                             progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,
                             transformers=not args.skip_transformers, jobs=args.jobs, write_report=not child)
     if child:
-        import pickle
-
-        from ._io import atomic_output
-
-        with atomic_output(args.result_file) as tmp:
-            Path(tmp).write_bytes(pickle.dumps(results))
+        _write_result(args.result_file, results)
     report = Path(args.out) / "report.md"
     failed = [(r.name, c.claim) for r in results for c in r.checks if c.passed is False]
     if not child:
@@ -84,10 +79,17 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
-def _reproduce_part(args, names: list[str], size: str) -> int:
+def _write_result(path, results) -> None:
+    """A --jobs child's results, pickled for its parent (atomically: a killed child leaves no half a file)."""
     import pickle
 
     from ._io import atomic_output
+
+    with atomic_output(path) as tmp:
+        Path(tmp).write_bytes(pickle.dumps(results))
+
+
+def _reproduce_part(args, names: list[str], size: str) -> int:
     from .experiments import reproduce_part
 
     if len(names) != 1 or args.result_file is None:
@@ -99,8 +101,7 @@ def _reproduce_part(args, names: list[str], size: str) -> int:
     except ValueError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2
-    with atomic_output(args.result_file) as tmp:
-        Path(tmp).write_bytes(pickle.dumps(results))
+    _write_result(args.result_file, results)
     return 0
 
 

@@ -249,11 +249,10 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             with lock:
                 if part is not None:  # the paper's last part assembles it (datasets -> checks, figures, files)
                     parts[name].append(res)
-                    n_parts = sum(n == name for n, _ in todo)
-                    if len(parts[name]) < n_parts:
+                    if len(parts[name]) < len(modules[name].PARTS):
                         return
                     res = modules[name].assemble(size, out, parts[name])
-                    _print_summary(name, res, total(res.stages), n_parts)
+                    _print_summary(name, res, total(res.stages), len(parts[name]))
                 results[name] = res
                 atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))
 
