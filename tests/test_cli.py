@@ -379,6 +379,21 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
 
 
+def test_jobs_processes_share_a_gpu_by_allocating_its_memory_as_needed(monkeypatch):
+    """``--jobs N`` on a GPU: JAX's default preallocates 75 % of the device in each process, which leaves too little
+    for a second one, so the children allocate as needed unless the user chose (with this, eight processes shared an
+    H200: benchmarks/README.md); the faulthandler the watchdog relies on is always on."""
+    import jaxicl.experiments as E
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.setenv("JAXICL_PROBE", "kept")
+    env = E.child_environment()
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["PYTHONFAULTHANDLER"] == "1" and env["JAXICL_PROBE"] == "kept"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    assert E.child_environment()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+
+
 def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_cpu_alone(monkeypatch):
     """The command adds its XLA options to $XLA_FLAGS unless the user named them; LLVM's optimisation level 1 only
     where JAX can only use the CPU ($JAX_PLATFORMS, or no accelerator plugin installed)."""

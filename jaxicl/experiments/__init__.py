@@ -179,13 +179,20 @@ def cpu_threads_per_process(jobs: int) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // jobs)
 
 
+def child_environment() -> dict[str, str]:
+    """The environment of a ``--jobs`` process: this one's, with Python's faulthandler on (:func:`_run_watched`) and,
+    unless the user set it, JAX's GPU memory allocated as needed instead of 75 % of the device preallocated by each
+    process, which would leave the second process sharing a GPU out of memory."""
+    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
+
+
 def _run_watched(cmd: list[str], name: str) -> int | None:
     """Run ``cmd``; its exit status, or None if it used no CPU time for :data:`STALL_SECONDS` (Linux): then it is
     sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
     import signal
     import subprocess
 
-    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+    proc = subprocess.Popen(cmd, env=child_environment())
     clock = IdleClock(process_cpu_seconds(proc.pid))
     while True:
         try:
