@@ -12,8 +12,14 @@ With two backends (``--platforms gpu cpu``) a second table gives each paper's CP
 warm: issue 15's item 3 asks for ≥ 5× against a 2-core CPU, which ``--cpu-cores 2`` imitates on a bigger machine by
 pinning the CPU runs to two CPUs (XLA:CPU sizes its thread pool from them).
 
+``--jobs N`` runs the papers at once instead, one ``jaxicl reproduce NAME ... --quick --jobs N`` command cold and one
+warm, and reports each paper's own wall time from its summary line: an upper bound on the paper run alone, since
+the papers share the machine. That fits every paper, cold and warm, into one device call (each paper alone takes
+minutes on a GPU, benchmarks/README.md). ``--timeout S`` stops each command (its processes too) after S seconds;
+the papers that had not finished are reported as such.
+
 Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
-[--stages]`` (default: every paper, JAX's default backend). Minutes per paper on a 2-core CPU
+[--stages] [--jobs N] [--timeout S]`` (default: every paper, JAX's default backend). Minutes per paper on a 2-core CPU
 (``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the transformer
 trainings (and the AlgoFormer paper).
 """
@@ -24,6 +30,7 @@ import argparse
 import dataclasses
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -64,6 +71,32 @@ def reproduce_once(name: str, out: Path, cache: Path, platform: str | None, cpus
                out / "report.md")
 
 
+def reproduce_together(names: list[str], out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
+                       transformers: bool, jobs: int, timeout: float | None) -> tuple[float, dict[str, Run]]:
+    """``jaxicl reproduce NAMES --quick --jobs JOBS`` in a fresh process group, stopped with all its processes after
+    ``timeout`` seconds: (the command's wall time, a :class:`Run` for each paper that finished, its ``seconds`` the
+    paper's own wall time from its summary line)."""
+    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", *names, "--quick", "--jobs", str(jobs), "--out", str(out),
+           "--cache-dir", str(cache)]
+    cmd += [] if transformers else ["--skip-transformers"]
+    env = dict(os.environ) | ({"JAX_PLATFORMS": platform} if platform else {})
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=pin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the --jobs children too
+        stdout, stderr = proc.communicate()
+    seconds = time.perf_counter() - t
+    runs = {m["name"]: Run(float(m["wall"]), int(m["passed"]), int(m["asserted"]), float(m["compile"]),
+                           int(m["programs"]), int(m["hits"]), out / "report.md") for m in SUMMARY.finditer(stdout)}
+    if proc.returncode not in (0, 1, -signal.SIGKILL) or not runs and proc.returncode != -signal.SIGKILL:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    return seconds, runs
+
+
 def stage_table(report: Path, name: str) -> str:
     """The stage table ("Where the time went") of paper ``name`` in a report.md."""
     text = report.read_text()
@@ -81,6 +114,9 @@ def main():
                     help="pin the runs whose platform is cpu to this many CPUs (default: all)")
     ap.add_argument("--skip-transformers", action="store_true", help="leave out the transformer trainings")
     ap.add_argument("--stages", action="store_true", help="print each run's per-stage table")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="run the papers at once in one command with --jobs N (per-paper times: upper bounds)")
+    ap.add_argument("--timeout", type=float, default=None, help="with --jobs: stop each command after S seconds")
     args = ap.parse_args()
     from jaxicl.experiments import _modules, available
 
@@ -96,28 +132,46 @@ def main():
     print("| paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | "
           "cold ÷ warm |\n|---|---|---|---|---|---|", flush=True)
     walls = {}
-    for name in names:
-        for platform in args.platforms:
-            label = platform or "default"
-            pinned = cpus if platform == "cpu" else None
+
+    def row(name, label, pinned, runs):
+        cold, warm = runs.get("cold"), runs.get("warm")
+        walls[name, label] = (cold and cold.seconds, warm and warm.seconds)
+        checks = next((f"{r.passed}/{r.asserted}" for r in (warm, cold) if r), "—")
+        cold_s = f"{cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs}" if cold else "not finished"
+        warm_s = f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs}" if warm else "not finished"
+        ratio = f"{cold.seconds / warm.seconds:.2f}×" if cold and warm else "—"
+        print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | {checks} | {cold_s} | "
+              f"{warm_s} | {ratio} |", flush=True)
+        if args.stages:
+            for what, run in runs.items():
+                if run:
+                    print(f"\n{name}, {label}, {what}:\n{stage_table(run.report, name)}\n", flush=True)
+
+    for platform in args.platforms:
+        label = platform or "default"
+        pinned = cpus if platform == "cpu" else None
+        if args.jobs:  # every paper at once, cold then warm
+            with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
+                together = {what: reproduce_together(names, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
+                                                     not args.skip_transformers, args.jobs, args.timeout)
+                            for what in ("cold", "warm")}
+                for name in names:
+                    row(name, label, pinned, {what: runs.get(name) for what, (_, runs) in together.items()})
+                print(f"| all, --jobs {args.jobs} (whole command) | {label} | | {together['cold'][0]:.1f} s | "
+                      f"{together['warm'][0]:.1f} s | |", flush=True)
+            continue
+        for name in names:
             with tempfile.TemporaryDirectory(prefix=f"bench_reproduce_{name}_") as tmp:  # cache and both --out
-                runs = {what: reproduce_once(name, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
-                                             not args.skip_transformers) for what in ("cold", "warm")}
-                cold, warm = runs["cold"], runs["warm"]
-                walls[name, label] = (cold.seconds, warm.seconds)
-                print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | "
-                      f"{warm.passed}/{warm.asserted} | {cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs} | "
-                      f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs} | "
-                      f"{cold.seconds / warm.seconds:.2f}× |", flush=True)
-                if args.stages:
-                    for what, run in runs.items():
-                        print(f"\n{name}, {label}, {what}:\n{stage_table(run.report, name)}\n", flush=True)
+                row(name, label, pinned, {what: reproduce_once(name, Path(tmp) / what, Path(tmp) / "cache", platform,
+                                                               pinned, not args.skip_transformers)
+                                          for what in ("cold", "warm")})
     if len(args.platforms) == 2:
         a, b = (p or "default" for p in args.platforms)
         print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")
+        ratio = lambda x, y: f"{y / x:.2f}× ({y:.0f} s / {x:.0f} s)" if x and y else "—"  # noqa: E731
         for name in names:
             (ca, wa), (cb, wb) = walls[name, a], walls[name, b]
-            print(f"| {name} | {cb / ca:.2f}× ({cb:.0f} s / {ca:.0f} s) | {wb / wa:.2f}× ({wb:.0f} s / {wa:.0f} s) |")
+            print(f"| {name} | {ratio(ca, cb)} | {ratio(wa, wb)} |")
 
 
 if __name__ == "__main__":
