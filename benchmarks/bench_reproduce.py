@@ -53,29 +53,11 @@ class Run:
     report: Path
 
 
-def reproduce_once(name: str, out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
-                   transformers: bool) -> Run:
-    """``jaxicl reproduce NAME --quick`` in a fresh process, into ``out`` (a new directory) with the compilation cache
-    ``cache``."""
-    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, "--quick", "--out", str(out), "--cache-dir", str(cache)]
-    cmd += [] if transformers else ["--skip-transformers"]
-    env = dict(os.environ) | ({"JAX_PLATFORMS": platform} if platform else {})
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, preexec_fn=pin, capture_output=True, text=True)
-    seconds = time.perf_counter() - t
-    m = SUMMARY.search(proc.stdout)
-    if proc.returncode not in (0, 1) or m is None:  # 1: a check failed (reported in the row), else it broke
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return Run(seconds, int(m["passed"]), int(m["asserted"]), float(m["compile"]), int(m["programs"]), int(m["hits"]),
-               out / "report.md")
-
-
-def reproduce_together(names: list[str], out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
-                       transformers: bool, jobs: int, timeout: float | None) -> tuple[float, dict[str, Run]]:
-    """``jaxicl reproduce NAMES --quick --jobs JOBS`` in a fresh process group, stopped with all its processes after
-    ``timeout`` seconds: (the command's wall time, a :class:`Run` for each paper that finished, its ``seconds`` the
-    paper's own wall time from its summary line)."""
+def run_reproduce(names: list[str], out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
+                  transformers: bool, jobs: int = 1, timeout: float | None = None) -> tuple[float, dict[str, Run]]:
+    """``jaxicl reproduce NAMES --quick --jobs JOBS`` in a fresh process group, into ``out`` (a new directory) with the
+    compilation cache ``cache``, stopped with all its processes after ``timeout`` seconds: (the command's wall time,
+    a :class:`Run` for each paper that finished, its ``seconds`` the paper's own wall time from its summary line)."""
     cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", *names, "--quick", "--jobs", str(jobs), "--out", str(out),
            "--cache-dir", str(cache)]
     cmd += [] if transformers else ["--skip-transformers"]
@@ -84,17 +66,26 @@ def reproduce_together(names: list[str], out: Path, cache: Path, platform: str |
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, preexec_fn=pin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    timed_out = False
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the --jobs children too
         stdout, stderr = proc.communicate()
+        timed_out = True
     seconds = time.perf_counter() - t
     runs = {m["name"]: Run(float(m["wall"]), int(m["passed"]), int(m["asserted"]), float(m["compile"]),
                            int(m["programs"]), int(m["hits"]), out / "report.md") for m in SUMMARY.finditer(stdout)}
-    if proc.returncode not in (0, 1, -signal.SIGKILL) or not runs and proc.returncode != -signal.SIGKILL:
+    if not timed_out and (proc.returncode not in (0, 1) or not runs):  # 1: a check failed (in the row), else it broke
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     return seconds, runs
+
+
+def reproduce_once(name: str, out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
+                   transformers: bool) -> Run:
+    """One paper alone (:func:`run_reproduce`), its ``seconds`` the whole command's, start-up included."""
+    seconds, runs = run_reproduce([name], out, cache, platform, cpus, transformers)
+    return dataclasses.replace(runs[name], seconds=seconds)
 
 
 def stage_table(report: Path, name: str) -> str:
@@ -152,8 +143,8 @@ def main():
         pinned = cpus if platform == "cpu" else None
         if args.jobs:  # every paper at once, cold then warm
             with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
-                together = {what: reproduce_together(names, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
-                                                     not args.skip_transformers, args.jobs, args.timeout)
+                together = {what: run_reproduce(names, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
+                                                not args.skip_transformers, args.jobs, args.timeout)
                             for what in ("cold", "warm")}
                 for name in names:
                     row(name, label, pinned, {what: runs.get(name) for what, (_, runs) in together.items()})
