@@ -30,6 +30,35 @@ def test_a_stage_counts_its_compilations_and_splits_compile_from_run():
     assert "| compile and run |" in report and "| total |" in report
 
 
+def test_closed_forms_called_eagerly_compile_one_program_per_new_shape():
+    """The checks evaluate closed forms eagerly, in Python loops over depth; each jnp operation of an unjitted
+    function would be an XLA program of its own (a model at a new depth: 10 programs), so they are jitted."""
+    import numpy as np
+
+    from jaxicl import losses, tasks
+    from jaxicl.models import LinearTransformer
+    from jaxicl.theory import ahn, yang
+
+    def fixed_gram(L):  # Gatmiry et al. eq. (9) for a restricted model of depth L, built from host data
+        return float(losses.fixed_gram_loss(LinearTransformer.restricted(np.full((L, 3, 3), 0.1)), 2 * np.eye(3)))
+
+    timer = StageTimer()
+    fixed_gram(2)
+    timer.lap("warm-up")
+    value = fixed_gram(5)
+    assert timer.lap("new depth").programs <= 1
+    # A_t = 0.1·11ᵀ, Σ = 2I: M = (I − 0.2·11ᵀ)^5 has eigenvalues (1 − 0.6)^5, 1, 1 and tr(MΣMᵀΣ⁻¹) = tr(MMᵀ)
+    assert value == pytest.approx(2 + 0.4**10, rel=1e-6)
+    fixed_gram(5)
+    assert timer.lap("same depth").programs == 0
+    task = tasks.TemplateRegression.random(jax.random.PRNGKey(0), d=4, K=8, n_context=5, m=3, tau=0.1)
+    timer.lap("task")
+    yang.loss_infimum(task).block_until_ready()
+    assert timer.lap("Yang et al. L*").programs <= 1
+    ahn.thm1_min_loss(np.eye(3), 10).block_until_ready()
+    assert timer.lap("Ahn et al. Thm 1").programs <= 1
+
+
 # A fresh process per step, so that JAX's in-memory caches do not hide the persistent one.
 _PROGRAM = """
 import json, sys, jax, jax.numpy as jnp

@@ -263,7 +263,7 @@ def train(
             raise ValueError(f"{name} = {every} must be a multiple of chunk_size = {chunk_size}.")
     optimizer = optimizer or optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    opt_state = optimizer.init(params)
+    opt_state = eqx.filter_jit(optimizer.init)(params)  # one program, not one per parameter shape
     fingerprint = _fingerprint(params, opt_state, config)
     step, losses, evals, stored_seconds = 0, [], {}, None
     if checkpoint is not None and Path(checkpoint).exists():

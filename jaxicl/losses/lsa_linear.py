@@ -18,6 +18,8 @@ with a two-node Gauss rule built from E λ, E λ², E λ³ (Thm 4.5 needs exactl
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -27,6 +29,8 @@ from ..tasks.linear_regression import LinearRegression
 from .registry import no_closed_form, register_population_loss
 
 
+# jitted: called eagerly (checks, gradients at one point) its forty-odd jnp operations compiled one XLA program each
+@functools.partial(jax.jit, static_argnames="query_term")
 def lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2, query_term: bool = True):
     """½E(ŷ − y_q)² for x ~ N(0, Λ), w ~ N(0, Ω), noise variance s², context length N.
 
@@ -102,15 +106,22 @@ def lsa_linear_regression_loss(model: LinearSelfAttention, task: LinearRegressio
                 model, task, "random covariance with inverse-covariance weights is not polynomial in Λ"
             )
         nodes, weights = cov.gauss_rule()
-        mean = cov.raw_moments()[0]
-        I = jnp.eye(task.d, dtype=K.dtype)
-
-        def f(lam):
-            return lsa_loss_gaussian(K, k, bx, by, jnp.diag(lam), I, N, s2)
-
-        mu = jnp.full((task.d,), mean, K.dtype)
-        f0 = f(mu)
-        # f at μ with coordinate i moved to each node: shape (d, 2)
-        moved = jax.vmap(lambda i: jax.vmap(lambda xi: f(mu.at[i].set(xi)))(nodes))(jnp.arange(task.d))
-        return f0 + jnp.sum(moved @ weights - f0)
+        return _diagonal_prior_loss(K, k, bx, by, nodes, weights, cov.raw_moments()[0], N, s2)
     raise no_closed_form(model, task, f"covariance prior {type(cov).__name__} has no closed form")
+
+
+@jax.jit
+def _diagonal_prior_loss(K, k, bx, by, nodes, weights, mean, N, s2):
+    """E_λ of :func:`lsa_loss_gaussian` at Λ = diag(λ), λ_i iid with Gauss rule (nodes, weights) and mean μ, w ~ N(0, I):
+    f(μ) + Σ_i (E f(μ + (λ_i − μ)e_i) − f(μ)), exact for this degree-3 polynomial (module docstring)."""
+    d = K.shape[0]
+    I = jnp.eye(d, dtype=K.dtype)
+
+    def f(lam):
+        return lsa_loss_gaussian(K, k, bx, by, jnp.diag(lam), I, N, s2)
+
+    mu = jnp.full((d,), mean, K.dtype)
+    f0 = f(mu)
+    # f at μ with coordinate i moved to each node: shape (d, 2)
+    moved = jax.vmap(lambda i: jax.vmap(lambda xi: f(mu.at[i].set(xi)))(nodes))(jnp.arange(d))
+    return f0 + jnp.sum(moved @ weights - f0)

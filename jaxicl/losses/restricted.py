@@ -35,9 +35,8 @@ from ..tasks.linear_regression import FixedGramRegression, LinearRegression
 from .registry import no_closed_form, register_population_loss
 
 
-def layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
-    """A_t for each of the ``max_depth`` layer applications, zero for the layers switched off
-    (depth mask), the shared A repeated for a looped model."""
+def _check_restricted(model: LinearTransformer) -> None:
+    """Refuse a model the closed forms do not describe (on the host, where u is known)."""
     if not isinstance(model.params, RestrictedWeights) or model.activation != "identity":
         raise ValueError(
             "these losses need a restricted (eq. 6), σ = identity model: LinearTransformer.restricted(A); "
@@ -45,14 +44,20 @@ def layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
     u = model.params.u
     if _is_concrete(u) and np.any(np.asarray(u) != 0):
         raise ValueError("the closed forms assume u = 0 in eq. (6); this model has u ≠ 0.")
+
+
+# The computations below are jitted after the host-side check: called eagerly, in Python loops over depth (Thms 6-8),
+# their jnp operations were some 50 XLA programs of one operation each in a quick gatmiry2024 run; now one per shape.
+@eqx.filter_jit
+def _layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
     _, Q = model.layer_weights()  # Q_t = diag(A_t, 0), already repeated for a looped model
     A = Q[:, 0, :-1, :-1]
     return A * model.layer_mask()[:, None, None].astype(A.dtype)
 
 
-def residual_matrix(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, "d d"]:
-    """M = Π_t (I − Σ A_t) (Gatmiry et al. Lemma 4), the error being −w*ᵀ M x_q."""
-    A = layer_matrices(model).astype(jnp.result_type(Sigma, model.params.A))
+@eqx.filter_jit
+def _residual_matrix(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, "d d"]:
+    A = _layer_matrices(model).astype(jnp.result_type(Sigma, model.params.A))
     I = jnp.eye(A.shape[-1], dtype=A.dtype)
 
     def step(M, A_t):
@@ -61,10 +66,29 @@ def residual_matrix(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Flo
     return jax.lax.scan(step, I, A)[0]
 
 
+@eqx.filter_jit
+def _fixed_gram_loss(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, ""]:
+    M = _residual_matrix(model, Sigma)
+    return jnp.trace(M @ Sigma @ M.T @ jnp.linalg.inv(Sigma))
+
+
+def layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
+    """A_t for each of the ``max_depth`` layer applications, zero for the layers switched off
+    (depth mask), the shared A repeated for a looped model."""
+    _check_restricted(model)
+    return _layer_matrices(model)
+
+
+def residual_matrix(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, "d d"]:
+    """M = Π_t (I − Σ A_t) (Gatmiry et al. Lemma 4), the error being −w*ᵀ M x_q."""
+    _check_restricted(model)
+    return _residual_matrix(model, Sigma)
+
+
 def fixed_gram_loss(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, ""]:
     """E_{w*, x_q}(ŷ − y_q)² = tr(M Σ Mᵀ Σ⁻¹) for one given Σ = X Xᵀ / n (eq. 9, no ½)."""
-    M = residual_matrix(model, Sigma)
-    return jnp.trace(M @ Sigma @ M.T @ jnp.linalg.inv(Sigma))
+    _check_restricted(model)
+    return _fixed_gram_loss(model, Sigma)
 
 
 def scaled_identity_loss(model: LinearTransformer, s: Float[Array, " m"]) -> Float[Array, " m"]:

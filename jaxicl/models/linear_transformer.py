@@ -36,13 +36,16 @@ statistics (:class:`GramBatch`) with a hand-written backward pass (``_gram_kerne
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt, embed
 from jax.flatten_util import ravel_pytree
 
@@ -60,6 +63,10 @@ def _sym(A):
     return 0.5 * (A + jnp.swapaxes(A, -1, -2))
 
 
+# The weight builders below are jitted: called eagerly (building a model, a check outside jit) each would otherwise
+# compile one XLA program per jnp operation and shape (gatmiry2024's quick run compiled 90 for them); under an outer
+# jit they are inlined.
+@functools.partial(jax.jit, static_argnames="dtype")
 def _block_diag(top, corner, dtype):
     """(L, d, d) blocks → (L, 1, d+1, d+1) matrices diag(top_ℓ, corner)."""
     L, d, _ = top.shape
@@ -67,9 +74,26 @@ def _block_diag(top, corner, dtype):
     return out.at[:, 0, d, d].set(corner)
 
 
+@jax.jit
+def _single_layer_weights(b, A):
+    """Eq. (7)'s P = [0; bᵀ], Q = [A 0], one layer and one head."""
+    D = b.shape[0]
+    P = jnp.zeros((1, 1, D, D), b.dtype).at[0, 0, -1].set(b)
+    Q = jnp.zeros((1, 1, D, D), A.dtype).at[0, 0, :, : D - 1].set(A)
+    return P, Q
+
+
+@jax.jit
+def _restricted_weights(A, u):
+    """Gatmiry et al. eq. (6) in this module's signs: (−P_t, Q_t) = ([0 0; −u_tᵀ −1], diag(A_t, 0))."""
+    L, d, _ = A.shape
+    P = jnp.zeros((L, 1, d + 1, d + 1), A.dtype).at[:, 0, d, :d].set(-u).at[:, 0, d, d].set(-1.0)
+    return P, _block_diag(A, 0.0, A.dtype)
+
+
 def _as_layers(A, name: str, ndim_one: int) -> Array:
     """Accept one layer's array or a stack of layers; return the stack."""
-    A = jnp.asarray(A)
+    A = host_array(A) if isinstance(A, np.ndarray) else jnp.asarray(A)
     if A.ndim == ndim_one:
         A = A[None]
     if A.ndim != ndim_one + 1:
@@ -83,17 +107,21 @@ class Parametrization(eqx.Module):
     def weights(self) -> tuple[Float[Array, "L H D D"], Float[Array, "L H D D"]]:
         raise NotImplementedError
 
+    def weight_shape(self) -> jax.ShapeDtypeStruct:
+        """Shape and dtype of P (and Q) of :meth:`weights`, found by tracing it: nothing is computed."""
+        return jax.eval_shape(self.weights)[0]
+
     @property
     def n_layers(self) -> int:
-        return self.weights()[0].shape[0]
+        return self.weight_shape().shape[0]
 
     @property
     def n_heads(self) -> int:
-        return self.weights()[0].shape[1]
+        return self.weight_shape().shape[1]
 
     @property
     def d(self) -> int:
-        return self.weights()[0].shape[-1] - 1
+        return self.weight_shape().shape[-1] - 1
 
     @classmethod
     def _check_expresses(cls, params, P, Q, atol):
@@ -146,10 +174,7 @@ class SingleLayerWeights(Parametrization):
         self.b, self.A = b, A
 
     def weights(self):
-        D = self.b.shape[0]
-        P = jnp.zeros((1, 1, D, D), self.b.dtype).at[0, 0, -1].set(self.b)
-        Q = jnp.zeros((1, 1, D, D), self.A.dtype).at[0, 0, :, : D - 1].set(self.A)
-        return P, Q
+        return _single_layer_weights(self.b, self.A)
 
     @classmethod
     def from_weights(cls, P, Q, atol: float = 1e-12):
@@ -227,15 +252,13 @@ class RestrictedWeights(Parametrization):
 
     def __init__(self, A, u=None):
         A = _as_layers(A, "A", 2)
-        u = jnp.zeros(A.shape[:-1], A.dtype) if u is None else _as_layers(u, "u", 1)
+        u = host_array(np.zeros(A.shape[:-1], A.dtype)) if u is None else _as_layers(u, "u", 1)
         if A.shape[-1] != A.shape[-2] or u.shape != A.shape[:-1]:
             raise ValueError(f"eq. (6) needs A of shape (L, d, d) and u of shape (L, d); got {A.shape}, {u.shape}.")
         self.A, self.u = A, u
 
     def weights(self):
-        L, d, _ = self.A.shape
-        P = jnp.zeros((L, 1, d + 1, d + 1), self.A.dtype).at[:, 0, d, :d].set(-self.u).at[:, 0, d, d].set(-1.0)
-        return P, _block_diag(self.A, 0.0, self.A.dtype)
+        return _restricted_weights(self.A, self.u)
 
     @classmethod
     def from_weights(cls, P, Q, atol: float = 1e-12):
@@ -425,8 +448,10 @@ class LinearTransformer(eqx.Module):
 
     def layer_mask(self) -> Float[Array, " L"]:
         """1.0 for the layers that are applied (index < depth), 0.0 for the rest."""
-        P, _ = self.params.weights()
-        return (jnp.arange(self.max_depth) < self.depth).astype(P.dtype)
+        dtype = self.params.weight_shape().dtype
+        if _is_concrete(self.depth):  # no XLA program for a mask known on the host
+            return host_array(np.arange(self.max_depth) < np.asarray(self.depth), dtype)
+        return (jnp.arange(self.max_depth) < self.depth).astype(dtype)
 
     # --- forward -------------------------------------------------------------------------------
     def _check_width(self, rows: int, what: str):

@@ -39,6 +39,12 @@ def _warn_if_sigma_too_large(sigma, task) -> None:
         )
 
 
+@jax.jit  # eager callers (exact losses at one point) get one program instead of four slices
+def _blocks(W_kq, W_pv):
+    d = W_kq.shape[-1] - 1
+    return W_kq[:d, :d], W_kq[d, :d], W_pv[d, :d], W_pv[d, d]
+
+
 class LinearSelfAttention(eqx.Module):
     """LSA layer with full key-query and projection-value matrices (eq. 3.3)."""
 
@@ -104,8 +110,7 @@ class LinearSelfAttention(eqx.Module):
     # --- the parts that matter (eq. 3.6, Lemma 5.1) ----------------------------------------
     def blocks(self):
         """(K = W^KQ_11, k_y = w^KQ_21, b_x = w^PV_21, b_y = w^PV_22)."""
-        d = self.d
-        return self.W_kq[:d, :d], self.W_kq[d, :d], self.W_pv[d, :d], self.W_pv[d, d]
+        return _blocks(self.W_kq, self.W_pv)
 
     # --- forward -----------------------------------------------------------------------------
     def __call__(self, E: Float[Array, "d+1 n+1"]) -> Float[Array, "d+1 n+1"]:

@@ -71,6 +71,7 @@ class MultiHeadSoftmaxICL(eqx.Module):
     def K(self) -> int:
         return self.w.shape[-1]
 
+    @eqx.filter_jit  # eager callers (theory checks): one program, not one per operation
     def attention(self, tokens: Float[Array, "K d"], n_context: int) -> Float[Array, "H N K"]:
         """C_h = (s^h_1 … s^h_K), s^h_k = softmax(Vᵀ Q_h v_k) over the N prompt tokens (eqs. 13, 28)."""
         if tokens.shape != (self.K, self.d):
@@ -78,6 +79,7 @@ class MultiHeadSoftmaxICL(eqx.Module):
         logits = (tokens[:n_context] @ self.Q) @ tokens.T  # Vᵀ Q_h (v_1 … v_K), (H, N, K)
         return jax.nn.softmax(logits, axis=1)
 
+    @eqx.filter_jit
     def prediction_matrix(self, tokens: Float[Array, "K d"], n_context: int) -> Float[Array, "N K"]:
         """Â(θ) = (Σ_h w_{h,1} s^h_1, …, Σ_h w_{h,K} s^h_K) (eq. 35); ŷ = Âᵀ y."""
         w = jnp.where(self.head_mask[:, None], self.w, 0.0)

@@ -146,6 +146,12 @@ class Block(eqx.Module):
         return h + jax.nn.gelu(checkpoint_name(x @ self.w_ff1 + self.b_ff1, "mlp_in")) @ self.w_ff2 + self.b_ff2
 
 
+@eqx.filter_jit  # one program per configuration; eager, the vmap compiled each initialiser operation on its own
+def _stacked_blocks(keys, d_model: int, n_heads: int, d_ff: int, residual_scale: float, dtype) -> Block:
+    """len(keys) blocks initialised together, their parameters stacked on a leading axis."""
+    return eqx.filter_vmap(lambda k: Block(k, d_model, n_heads, d_ff, residual_scale, dtype))(keys)
+
+
 class BlockStack(eqx.Module):
     """L blocks with their parameters stacked on a leading axis, applied with ``lax.scan`` (one compiled
     block whatever the depth)."""
@@ -156,8 +162,8 @@ class BlockStack(eqx.Module):
                  residual_scale: float = 1.0, dtype=None):
         if int(n_layers) < 1:
             raise ValueError(f"a transformer needs n_layers >= 1, got {n_layers}.")
-        make = lambda k: Block(k, d_model, n_heads, d_ff, residual_scale, dtype)  # noqa: E731
-        self.blocks = eqx.filter_vmap(make)(jax.random.split(key, int(n_layers)))
+        self.blocks = _stacked_blocks(jax.random.split(key, int(n_layers)), int(d_model), int(n_heads), int(d_ff),
+                                      float(residual_scale), dtype)
 
     @property
     def n_layers(self) -> int:

@@ -13,6 +13,8 @@ consumes a prior (task sampling, ``mc_loss``) only calls ``sample``.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -22,6 +24,12 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
+
+
+def host_array(x, dtype=None) -> Array:
+    """Host data (numpy array, list, scalar) as a JAX array of ``dtype`` (default: its own, canonicalised), copied to
+    the device without an XLA program: with float64 enabled, ``jnp.asarray`` compiles one per shape (jax 0.10.2)."""
+    return jax.device_put(np.asarray(x, dtype=dtype))
 
 
 def check_covariance(lam, name: str = "covariance") -> None:
@@ -191,6 +199,7 @@ def _positive_scalar(x, name: str):
         raise ValueError(f"{name} must be > 0, got {float(x)}.")
 
 
+@functools.partial(jax.jit, static_argnums=0)  # eager calls (theory curves, checks): one program, not one per operation
 def gauss_legendre(n_nodes: int, low, high):
     """Gauss–Legendre nodes and weights for the uniform distribution on [low, high] (weights sum to
     1): exact for polynomials of degree ≤ 2·n_nodes − 1. ``low``/``high`` may be traced."""
@@ -289,24 +298,26 @@ class WindowedScale(ScalePrior):
     width: Float[Array, ""]
 
     def __init__(self, centers, width):
-        centers = jnp.sort(jnp.atleast_1d(jnp.asarray(centers, dtype=float)))
+        dtype = jnp.result_type(float)
+        if _is_concrete(centers):  # sorted on the host: no XLA program
+            centers = host_array(np.sort(np.atleast_1d(np.asarray(centers, dtype))))
+        else:
+            centers = jnp.sort(jnp.atleast_1d(jnp.asarray(centers, dtype)))
         width = jnp.asarray(width, dtype=centers.dtype)
         if centers.ndim != 1:
             raise ValueError(f"WindowedScale centers must be 1-D, got shape {centers.shape}.")
         if _is_concrete(width) and not float(width) >= 0:
             raise ValueError(f"the window half-width w must be >= 0, got {float(width)}.")
-        if _is_concrete(width) and _is_concrete(centers) and not float(centers[0]) - float(width) > 0:
-            raise ValueError(
-                f"the window [{float(centers[0]) - float(width):g}, …] leaves (0, ∞): s_min − w must be > 0 "
-                f"(s_min = {float(centers[0]):g}, w = {float(width):g}).")
+        if _is_concrete(width) and _is_concrete(centers):
+            s_min, w = float(np.asarray(centers)[0]), float(width)
+            if not s_min - w > 0:
+                raise ValueError(f"the window [{s_min - w:g}, …] leaves (0, ∞): s_min − w must be > 0 "
+                                 f"(s_min = {s_min:g}, w = {w:g}).")
         self.centers, self.width = centers, width
 
     def pieces(self):
         """Disjoint pieces (lo_i, hi_i) of the union, one per centre (possibly empty)."""
-        prev_hi = jnp.concatenate([jnp.full((1,), -jnp.inf, self.centers.dtype), self.centers[:-1] + self.width])
-        hi = self.centers + self.width
-        lo = jnp.minimum(jnp.maximum(self.centers - self.width, prev_hi), hi)
-        return lo, hi
+        return _window_pieces(self.centers, self.width)
 
     def sample(self, key):
         lo, hi = self.pieces()
@@ -318,15 +329,29 @@ class WindowedScale(ScalePrior):
         return lo[i] + length[i] * jax.random.uniform(k2, (), lo.dtype)
 
     def quadrature(self, n_nodes: int = 32):
-        lo, hi = self.pieces()
-        x, w = gauss_legendre(n_nodes, lo[:, None], hi[:, None])
-        length = hi - lo
-        total = jnp.sum(length)
-        mass = jnp.where(total > 0, length / jnp.maximum(total, 1e-300), 1.0 / length.shape[0])
-        return x.ravel(), (mass[:, None] * w).ravel()
+        return _window_quadrature(int(n_nodes), self.centers, self.width)
 
     def support(self):
         return self.centers[0] - self.width, self.centers[-1] + self.width
+
+
+@jax.jit
+def _window_pieces(centers, width):
+    prev_hi = jnp.concatenate([jnp.full((1,), -jnp.inf, centers.dtype), centers[:-1] + width])
+    hi = centers + width
+    lo = jnp.minimum(jnp.maximum(centers - width, prev_hi), hi)
+    return lo, hi
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _window_quadrature(n_nodes: int, centers, width):
+    """:meth:`WindowedScale.quadrature`: Gauss–Legendre on each piece, weighted by its share of the union."""
+    lo, hi = _window_pieces(centers, width)
+    x, w = gauss_legendre(n_nodes, lo[:, None], hi[:, None])
+    length = hi - lo
+    total = jnp.sum(length)
+    mass = jnp.where(total > 0, length / jnp.maximum(total, 1e-300), 1.0 / length.shape[0])
+    return x.ravel(), (mass[:, None] * w).ravel()
 
 
 class ScaledIdentityCovariance(CovariancePrior):

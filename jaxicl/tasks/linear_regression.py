@@ -115,6 +115,7 @@ class LinearRegression(eqx.Module):
     def sample_one(self, key: PRNGKeyArray) -> Prompt:
         return self.sample_with_weights(key)[0]
 
+    @eqx.filter_jit  # one program per task structure and batch; eager, vmap compiles every operation on its own
     def sample(self, key: PRNGKeyArray, batch: int) -> Prompt:
         """``batch`` iid prompts (each leaf has a leading batch axis)."""
         return jax.vmap(self.sample_one)(jax.random.split(key, batch))
@@ -176,5 +177,6 @@ class FixedGramRegression(eqx.Module):
     def sample_one(self, key: PRNGKeyArray) -> Prompt:
         return self.sample_with_weights(key)[0]
 
+    @eqx.filter_jit  # as LinearRegression.sample
     def sample(self, key: PRNGKeyArray, batch: int) -> Prompt:
         return jax.vmap(self.sample_one)(jax.random.split(key, batch))

@@ -181,6 +181,7 @@ class TemplateRegression(eqx.Module):
         """Ẑ = (f(v_1) … f(v_K)) = (Z, Z^Q), eqs. (19), (34)."""
         return self.features.T
 
+    @eqx.filter_jit
     def coef_second_moment(self) -> Float[Array, "m m"]:
         """E[λλᵀ] = σ² I + μ² 11ᵀ (I under Assumption 1)."""
         m, dtype = self.m, self.features.dtype
@@ -201,6 +202,7 @@ class TemplateRegression(eqx.Module):
             xi = jax.random.rademacher(key, shape, dtype)
         return self.coef_mean + self.coef_std * xi
 
+    @eqx.filter_jit  # one program per task structure and batch, not one per operation when called eagerly
     def sample_with_coefficients(self, key: PRNGKeyArray, batch: int) -> tuple[TemplatePrompt, Float[Array, "batch m"]]:
         """``batch`` prompts (labels batched, tokens shared) and the λ that generated them."""
         k_lam, k_eps = jax.random.split(key)

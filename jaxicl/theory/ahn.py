@@ -26,12 +26,16 @@ from ..models.linear_transformer import LinearTransformer
 from ..tasks.linear_regression import Prompt
 
 
+# The closed forms below are jitted: the checks call them eagerly, where each jnp operation would compile a program of
+# its own for every shape.
+@jax.jit
 def gamma(Sigma: Float[Array, "d d"], n) -> Float[Array, "d d"]:
     """Γ = ((n+1)/n) Σ + (tr Σ / n) I  (Thm 1, eq. 8 after rotation)."""
     Sigma = jnp.asarray(Sigma)
     return (n + 1) / n * Sigma + jnp.trace(Sigma) / n * jnp.eye(Sigma.shape[0], dtype=Sigma.dtype)
 
 
+@jax.jit
 def thm1_optimum(Sigma, n) -> tuple[Float[Array, " D"], Float[Array, "D d"]]:
     """(b, A) of eq. (8): b = e_{d+1}, A = −[Γ⁻¹; 0]."""
     Sigma = jnp.asarray(Sigma)
@@ -46,12 +50,14 @@ def thm1_model(Sigma, n) -> LinearTransformer:
     return LinearTransformer.single_layer(*thm1_optimum(Sigma, n))
 
 
+@jax.jit
 def thm1_min_loss(Sigma, n) -> Float[Array, ""]:
     """½(tr Σ − tr(Σ² Γ⁻¹)): the loss at the optimum (8) (half the paper's f)."""
     Sigma = jnp.asarray(Sigma)
     return 0.5 * (jnp.trace(Sigma) - jnp.trace(Sigma @ Sigma @ jnp.linalg.inv(gamma(Sigma, n))))
 
 
+@jax.jit
 def dist_to_identity(M: Float[Array, "... d d"]) -> Float[Array, "..."]:
     """Dist(M, I) = ‖M − αI‖_F / ‖M‖_F with α = tr(M)/d (Ahn et al. §5.3)."""
     d = M.shape[-1]
@@ -182,6 +188,7 @@ def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
     return jnp.asarray(a, dtype), jnp.asarray(loss, dtype)
 
 
+@jax.jit
 def off_diagonal_mass(A: Float[Array, "... d d"]) -> Float[Array, "..."]:
     """‖A − diag(A)‖_F / ‖A‖_F (Thm 3: the two-layer isotropic optimum is diagonal)."""
     diag = jnp.eye(A.shape[-1], dtype=A.dtype) * A

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from ..models.linear_transformer import GramBatch, LinearTransformer
+from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt
 
 
@@ -58,8 +59,13 @@ def chebyshev_steps(alpha, beta, L: int) -> np.ndarray:
 
 def restricted_model(steps, d: int, looped: bool = False, depth=None, max_depth=None, dtype=None) -> LinearTransformer:
     """The restricted model with A_t = a_t I (``steps`` of length L; one step if ``looped``)."""
-    steps = jnp.atleast_1d(jnp.asarray(steps, dtype=dtype or jnp.result_type(float)))
-    A = steps[:, None, None] * jnp.eye(int(d), dtype=steps.dtype)
+    dtype = dtype or jnp.result_type(float)
+    if not isinstance(steps, jax.core.Tracer):  # built on the host: no XLA program for each shape
+        steps = np.atleast_1d(np.asarray(steps, dtype=dtype))
+        A = host_array(steps[:, None, None] * np.eye(int(d), dtype=dtype))
+    else:
+        steps = jnp.atleast_1d(jnp.asarray(steps, dtype=dtype))
+        A = steps[:, None, None] * jnp.eye(int(d), dtype=steps.dtype)
     if looped:
         return LinearTransformer.restricted(A, looped=True, depth=depth, max_depth=max_depth)
     return LinearTransformer.restricted(A, depth=depth)
@@ -242,6 +248,7 @@ def looped_optimum(nodes, weights, L: int, iters: int = 200):
 
 
 # --- Lemma 1 / Thm 1, Thm 3 -------------------------------------------------------------------------
+@eqx.filter_jit  # eager, the vmap below would compile each operation of the forward pass on its own
 def scaling_errors(model: LinearTransformer, prompt: Prompt, gammas):
     """Relative error |TF − w*ᵀx_q| / |w*ᵀx_q| on the scaled instances (γX, w*, γy, x_q) (Lemma 1)."""
     gammas = jnp.asarray(gammas)
@@ -289,7 +296,7 @@ def thm6_training_covariances(alpha, beta, d: int, L: int) -> np.ndarray:
 def thm6_minimizer(alpha, beta, d: int, L: int) -> LinearTransformer:
     """A_t = B_t⁻¹: zero loss on every training covariance, so a global minimiser."""
     B = thm6_training_covariances(alpha, beta, d, L)
-    return LinearTransformer.restricted(jnp.asarray(np.linalg.inv(B)))
+    return LinearTransformer.restricted(np.linalg.inv(B))
 
 
 def thm6_bound(eps, delta_prime, d: int, L: int, proved: bool = True) -> float:

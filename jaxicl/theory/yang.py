@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -29,7 +30,13 @@ from ..models.softmax_attention import MultiHeadSoftmaxICL
 from ..tasks.template_regression import TemplateRegression
 
 
+# Every array-valued function below is jitted (``eqx.filter_jit``): the checks call them eagerly, where their jnp
+# operations compiled one XLA program each (some 90 in a quick yang2024 run). ``inference_bound`` is two programs: one would
+# hold two independent LAPACK calls, which XLA:CPU can deadlock on (see ``expected_gap``).
+
+
 # --- the ridge-regression limit and the infimum --------------------------------------------------------
+@eqx.filter_jit
 def ridge_matrix(task: TemplateRegression, c) -> Float[Array, "N K"]:
     """A(c) = (ZᵀZ + cI)⁻¹(ZᵀẐ + cĒ): ŷ_k = ⟨y, A(c)_{:,k}⟩ is ridge regression on the prompt with
     penalty c/N in the normalisation of eq. (20) (c = mτ: eq. 34; c = Nτ: eq. 25)."""
@@ -38,6 +45,7 @@ def ridge_matrix(task: TemplateRegression, c) -> Float[Array, "N K"]:
     return jnp.linalg.solve(gram, Z.T @ task.Z_hat + c * jnp.eye(N, K, dtype=Z.dtype))
 
 
+@eqx.filter_jit
 def optimal_prediction_matrix(task: TemplateRegression) -> Float[Array, "N K"]:
     """The minimiser of the exact loss over all Â: (ZᵀSZ + τ trS I)⁻¹(ZᵀSẐ + τ trS Ē); equal to
     A = A(mτ) of eq. (34) under Assumption 1 (S = I)."""
@@ -46,6 +54,7 @@ def optimal_prediction_matrix(task: TemplateRegression) -> Float[Array, "N K"]:
     return jnp.linalg.solve(Z.T @ S @ Z + c * jnp.eye(N, dtype=Z.dtype), Z.T @ S @ task.Z_hat + c * jnp.eye(N, K, dtype=Z.dtype))
 
 
+@eqx.filter_jit
 def loss_gram(task: TemplateRegression) -> Float[Array, "N N"]:
     """G = ZᵀSZ + τ tr(S) I (= Z̄² of eq. 12 under Assumption 1): the metric of the excess loss, and
     the second moment E[yyᵀ] of the prompt labels under the task's law of λ."""
@@ -53,11 +62,13 @@ def loss_gram(task: TemplateRegression) -> Float[Array, "N N"]:
     return Z.T @ S @ Z + task.tau * jnp.trace(S) * jnp.eye(task.n_context, dtype=Z.dtype)
 
 
+@eqx.filter_jit
 def loss_infimum(task: TemplateRegression) -> Float[Array, ""]:
     """L⋆ = inf_θ L(θ) (Lemma 5), the loss of the optimal Â."""
     return template_loss(optimal_prediction_matrix(task), task)
 
 
+@eqx.filter_jit
 def loss_infimum_lemma5(task: TemplateRegression) -> Float[Array, ""]:
     """L⋆ written as in Lemma 5 (Assumption 1): (1/2K)[Σ_{k≤N} (‖z_k‖² + mτ − b_kᵀ Z̄⁻² b_k) +
     Σ_{k>N} (‖z_k‖² − b_kᵀ Z̄⁻² b_k)], with b_k = Zᵀz_k + mτ e_k (k ≤ N), Zᵀz_k (k > N)."""
@@ -68,6 +79,7 @@ def loss_infimum_lemma5(task: TemplateRegression) -> Float[Array, ""]:
     return (jnp.sum(Zh**2) + N * mt - jnp.sum(quad)) / (2 * K)
 
 
+@eqx.filter_jit
 def excess_loss(A_hat: Float[Array, "N K"], task: TemplateRegression, A=None) -> Float[Array, ""]:
     """Δ = L(θ) − L⋆ = (1/2K) tr((Â − A)ᵀ G (Â − A)) (Lemma 5, eq. 36), computed without cancellation.
     ``A``: the optimal prediction matrix, when precomputed (e.g. in float64 for a float32 run)."""
@@ -81,29 +93,34 @@ def _sqrt_psd(G):
     return (U * jnp.sqrt(jnp.maximum(lam, 0.0))) @ U.T
 
 
+@eqx.filter_jit
 def _gram_assumption1(task: TemplateRegression) -> Float[Array, "N N"]:
     """Z̄² = ZᵀZ + mτ I: the loss metric G under Assumption 1 (S = I), whatever the task's law of λ."""
     Z = task.Z
     return Z.T @ Z + task.m * task.tau * jnp.eye(task.n_context, dtype=Z.dtype)
 
 
+@eqx.filter_jit
 def z_bar(task: TemplateRegression) -> Float[Array, "N N"]:
     """Z̄ = (ZᵀZ + mτ I)^{1/2} (eq. 12)."""
     return _sqrt_psd(_gram_assumption1(task))
 
 
+@eqx.filter_jit
 def attention_B(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, "K N H"]:
     """B_k = Z̄ C_k ∈ R^{N×H} for every k (eq. 13); the columns of inactive (padded) heads are zero."""
     C = model.attention(task.tokens, task.n_context) * model.head_mask[:, None, None]  # (H, N, K)
     return jnp.einsum("ij,hjk->kih", z_bar(task), C)
 
 
+@eqx.filter_jit
 def zeta(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, ""]:
     """ζ = min_k λ_min(B_k B_kᵀ) (eq. 14 at θ^(0)); > 0 iff Assumption 2 holds."""
     B = attention_B(model, task)
     return jnp.min(jnp.linalg.eigvalsh(B @ jnp.swapaxes(B, 1, 2))[:, 0])
 
 
+@eqx.filter_jit
 def w_curvature(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, ""]:
     """Largest eigenvalue of the Hessian of L in w at fixed Q: max_k λ_max(B_kᵀB_k)/K (the loss is
     (1/2K)Σ_k‖Z̄(C_k w_{:,k}) − Z̄A_{:,k}‖² + L⋆, Lemma 5). GD in w is stable for η_w < 2/w_curvature."""
@@ -177,12 +194,23 @@ def theorem2_iterations(c: Theorem1Constants, task: TemplateRegression, B: float
 def inference_bound(A_hat, y, task: TemplateRegression):
     """The deterministic core of Thm 2: (1/2K)‖ŷ − ŷ⋆‖² ≤ ‖y‖² Δ / λ_min(Z̄²) with Δ the excess loss
     and λ_min(Z̄²) ≥ mτ (from Lemma 5: Δ ≥ λ_min(Z̄²)‖Â − A‖_F²/(2K))."""
+    return _inference_bound(A_hat, y, task, _min_eigenvalue(_gram_assumption1(task)))
+
+
+@eqx.filter_jit
+def _min_eigenvalue(G):
+    return jnp.linalg.eigvalsh(G)[0]
+
+
+@eqx.filter_jit
+def _inference_bound(A_hat, y, task: TemplateRegression, lam_min):
     G = _gram_assumption1(task)
     D = A_hat - ridge_matrix(task, task.m * task.tau)
-    return jnp.sum(y**2, axis=-1) * (jnp.sum(D * (G @ D)) / (2 * task.K)) / jnp.linalg.eigvalsh(G)[0]
+    return jnp.sum(y**2, axis=-1) * (jnp.sum(D * (G @ D)) / (2 * task.K)) / lam_min
 
 
 # --- inference: ŷ⋆, ŷ_best and the gap (§3.2) ----------------------------------------------------------
+@eqx.filter_jit
 def ridge_coefficients(y: Float[Array, "*batch N"], task: TemplateRegression, penalty) -> Float[Array, "*batch m"]:
     """argmin_λ (1/2N)Σ_i (y_i − λᵀz_i)² + (penalty/2)‖λ‖² = (ZZᵀ + N·penalty·I)⁻¹ Z y.
     penalty = mτ/N is the transformer's λ̂ (20); penalty = τ is λ̂_τ (25)."""
@@ -196,16 +224,19 @@ def _complete(y, lam, task):
     return jnp.concatenate([y, lam @ task.features[task.n_context:].T], axis=-1)
 
 
+@eqx.filter_jit
 def y_star(y, task: TemplateRegression):
     """ŷ⋆ = (y, (Z^Q)ᵀ λ̂) with λ̂ the ridge solution (20), penalty mτ/N (eq. 22)."""
     return _complete(y, ridge_coefficients(y, task, task.m * task.tau / task.n_context), task)
 
 
+@eqx.filter_jit
 def y_best(y, task: TemplateRegression):
     """ŷ_best = (y, (Z^Q)ᵀ λ̂_τ), λ̂_τ of (24) = ridge with penalty τ (25) (eq. 23)."""
     return _complete(y, ridge_coefficients(y, task, task.tau), task)
 
 
+@eqx.filter_jit
 def expected_inference_loss(A_hat, task_eval: TemplateRegression, A_ref=None) -> Float[Array, ""]:
     """E (1/2K)‖ŷ − ŷ⋆‖² over prompts of ``task_eval`` (any law of λ): (1/2K) tr((Â − A)ᵀ E[yyᵀ] (Â − A)),
     with A = A(mτ) the transformer's limit (default ``A_ref``). For in-domain λ it equals Δ exactly."""
@@ -222,6 +253,7 @@ def _seen_gram(task: TemplateRegression, n_context):
     return N, seen, (F * seen[:, None]).T @ F
 
 
+@eqx.filter_jit
 def expected_gap(task: TemplateRegression, n_context=None) -> Float[Array, ""]:
     """E (1/K)‖ŷ⋆ − ŷ_best‖² in closed form (Fig. 3), for prompts of length ``n_context`` (default N;
     may be traced, so one program covers a range of N):
@@ -243,6 +275,7 @@ def expected_gap(task: TemplateRegression, n_context=None) -> Float[Array, ""]:
     return jnp.trace((T - G) @ D @ middle @ D) / task.K
 
 
+@eqx.filter_jit
 def gap(y_all: Float[Array, "*batch K"], task: TemplateRegression, n_context=None):
     """(1/K)‖ŷ⋆ − ŷ_best‖² (§3.2, Fig. 3) for a prompt showing the first ``n_context`` (default N; may be
     traced) of the labels ``y_all``: only the unseen labels differ, by z_kᵀ(λ̂ − λ̂_τ), and both ridge
