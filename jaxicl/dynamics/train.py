@@ -156,6 +156,12 @@ def checkpoint_header(path) -> dict:
 TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": 4}
 
 
+def steps_from(start: int, n: int) -> Array:
+    """The step numbers start … start + n − 1 of a chunk, made on the host: ``jnp.arange(start, start + n)`` compiles
+    a program for every start."""
+    return jax.device_put(np.arange(start, start + n, dtype=np.int32))
+
+
 def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None):
     """The compiled body of :func:`train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
     losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
@@ -304,7 +310,7 @@ def train(
         # ≥ 1 chunk per call under a deadline
         n = min(chunk_size, n_steps - step)
         lap = StageTimer()
-        (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, jnp.arange(step, step + n))
+        (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(step, n))
         chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
         chunk = lap.lap("chunk")
         seconds = chunk.wall
