@@ -3,7 +3,7 @@
 
 jaxlib 0.10's CPU LAPACK kernels split a batch over XLA's intra-op thread pool and block the thread that runs them
 until the pieces finish; run from a pool thread, that can leave every pool thread waiting (benchmarks/README.md,
-"XLA:CPU's deadlock"). A deadlocked process uses no CPU time at all, which no jaxicl computation does for minutes.
+"XLA:CPU's deadlock"). A deadlocked process uses (almost) no CPU time, which no jaxicl computation does for minutes.
 ``--jobs`` watches each paper's process from its parent (:func:`jaxicl.experiments._run_watched`); this module
 watches the process it runs in: a daemon thread reads the CPU time of every other thread from ``/proc``, and when
 there has been none for ``stall_seconds`` it prints every thread's Python stack and starts the same command again,
@@ -43,15 +43,25 @@ def process_cpu_seconds(pid: int | str = "self", exclude_thread: int | None = No
         return None
 
 
+# A process counts as idle while it uses at most this share of one CPU. Not zero: a deadlocked ``jaxicl reproduce
+# ahn2023`` (2026-11-26; both XLA:CPU pool threads in ParallelBatchMap, under two concurrent float32 triangular solves)
+# sat for 15 minutes without its watchdog firing, so some thread still woke now and then; a computing process uses
+# 100 % or more.
+IDLE_CPU_FRACTION = 0.01
+_TICK = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit of CPU time
+
+
 class IdleClock:
-    """Seconds a process has gone without CPU time, from successive readings of it (None readings: never idle)."""
+    """Seconds a process has been idle (at most :data:`IDLE_CPU_FRACTION` of one CPU, and one clock tick, since the clock
+    last restarted),
+    from successive readings of its CPU time; a reading above that restarts the clock (None readings: never idle)."""
 
     def __init__(self, cpu: float | None):
         self.cpu, self.since = cpu, time.monotonic()
 
     def idle_seconds(self, cpu: float | None) -> float:
         now = time.monotonic()
-        if cpu is None or self.cpu is None or cpu > self.cpu:
+        if cpu is None or self.cpu is None or cpu - self.cpu > IDLE_CPU_FRACTION * (now - self.since) + _TICK:
             self.cpu, self.since = cpu, now
         return now - self.since
 
@@ -60,7 +70,7 @@ def restart_this_command(idle_seconds: float) -> None:
     """The default action on a stall: print why and every thread's Python stack, then replace this process by the
     same command (``sys.orig_argv``), marked in the environment; if it already was a restart, exit instead."""
     again = os.environ.get(RESTARTED_ENV) == "1"
-    print(f"[jaxicl] this process has used no CPU time for {idle_seconds:.0f} s: deadlocked in XLA:CPU "
+    print(f"[jaxicl] this process has used (almost) no CPU time for {idle_seconds:.0f} s: deadlocked in XLA:CPU "
           "(benchmarks/README.md); its Python stacks follow", file=sys.stderr, flush=True)
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stdout.flush()
@@ -76,7 +86,7 @@ def restart_this_command(idle_seconds: float) -> None:
 @contextlib.contextmanager
 def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
-    threads have used no CPU time for ``stall_seconds`` (default :data:`STALL_SECONDS`); it stops with the block.
+    threads have used (almost) no CPU time (:class:`IdleClock`) for ``stall_seconds`` (default :data:`STALL_SECONDS`); it stops with the block.
     Nothing is watched where ``/proc`` is missing. Only for a process that does its work itself: one that waits on
     others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
