@@ -45,16 +45,16 @@ def process_cpu_seconds(pid: int | str = "self", exclude_thread: int | None = No
 
 # A process counts as idle while it uses at most this share of one CPU. Not zero: a deadlocked ``jaxicl reproduce
 # ahn2023`` (2026-11-26; both XLA:CPU pool threads in ParallelBatchMap, under two concurrent float32 triangular solves)
-# sat for 15 minutes without its watchdog firing, so some thread still woke now and then; a computing process uses
-# 100 % or more.
+# sat for 15 minutes without its watchdog firing, so something still added a clock tick now and then; a computing
+# process uses 100 % or more.
 IDLE_CPU_FRACTION = 0.01
 _TICK = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit of CPU time
 
 
 class IdleClock:
-    """Seconds a process has been idle (at most :data:`IDLE_CPU_FRACTION` of one CPU, and one clock tick, since the clock
-    last restarted),
-    from successive readings of its CPU time; a reading above that restarts the clock (None readings: never idle)."""
+    """Seconds a process has been idle, from successive readings of its CPU time: idle while it has used at most
+    :data:`IDLE_CPU_FRACTION` of one CPU, plus one clock tick, since the clock last restarted; a reading above that
+    restarts it (None readings: never idle)."""
 
     def __init__(self, cpu: float | None):
         self.cpu, self.since = cpu, time.monotonic()
@@ -86,9 +86,9 @@ def restart_this_command(idle_seconds: float) -> None:
 @contextlib.contextmanager
 def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
-    threads have used (almost) no CPU time (:class:`IdleClock`) for ``stall_seconds`` (default :data:`STALL_SECONDS`); it stops with the block.
-    Nothing is watched where ``/proc`` is missing. Only for a process that does its work itself: one that waits on
-    others (``--jobs``'s parent) looks idle."""
+    threads have used (almost) no CPU time (:class:`IdleClock`) for ``stall_seconds`` (default
+    :data:`STALL_SECONDS`); it stops with the block. Nothing is watched where ``/proc`` is missing. Only for a process
+    that does its work itself: one that waits on others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
     if not stall > 0:
         raise ValueError(f"stall_seconds must be a positive number of seconds, got {stall_seconds!r}")

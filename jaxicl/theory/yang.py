@@ -194,7 +194,8 @@ def theorem2_iterations(c: Theorem1Constants, task: TemplateRegression, B: float
 def inference_bound(A_hat, y, task: TemplateRegression):
     """The deterministic core of Thm 2: (1/2K)‖ŷ − ŷ⋆‖² ≤ ‖y‖² Δ / λ_min(Z̄²) with Δ the excess loss
     and λ_min(Z̄²) ≥ mτ (from Lemma 5: Δ ≥ λ_min(Z̄²)‖Â − A‖_F²/(2K))."""
-    return _inference_bound(A_hat, y, task, _min_eigenvalue(_gram_assumption1(task)))
+    G = _gram_assumption1(task)
+    return _inference_bound(A_hat, y, task, G, _min_eigenvalue(G))
 
 
 @eqx.filter_jit
@@ -203,8 +204,7 @@ def _min_eigenvalue(G):
 
 
 @eqx.filter_jit
-def _inference_bound(A_hat, y, task: TemplateRegression, lam_min):
-    G = _gram_assumption1(task)
+def _inference_bound(A_hat, y, task: TemplateRegression, G, lam_min):
     D = A_hat - ridge_matrix(task, task.m * task.tau)
     return jnp.sum(y**2, axis=-1) * (jnp.sum(D * (G @ D)) / (2 * task.K)) / lam_min
 
