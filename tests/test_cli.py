@@ -387,32 +387,6 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
 
 
-def test_one_pool_thread_runs_independent_batched_linear_solves_without_deadlocking():
-    """jaxlib 0.10's CPU LAPACK kernels split a large enough batch over XLA's intra-op pool and block their thread
-    until the pieces are done: two independent batched solves in one loop body, each on a pool thread of a
-    two-thread pool, wait for each other forever (on a 2-core machine with XLA's default pool this program hung in
-    2 of 3 runs, and in every run when it ran five times; benchmarks/README.md). With one pool thread, as ``--jobs``
-    and the test workers give each process on two cores, the kernels run their batch inline and it finishes."""
-    import subprocess
-    import sys
-
-    if not hasattr(os, "sched_getaffinity"):
-        pytest.skip("needs Linux CPU affinity")
-    program = (
-        "from jaxicl.cli import size_cpu_thread_pool\nsize_cpu_thread_pool(1)\n"
-        "import jax, jax.numpy as jnp\n"
-        "k = jax.random.split(jax.random.PRNGKey(0), 3)\n"
-        "A1, A2 = (jax.random.normal(kk, (16, 100, 100)) + 100 * jnp.eye(100) for kk in k[:2])\n"
-        "b = jax.random.normal(k[2], (16, 100, 1))\n"
-        "def body(i, c):\n"
-        "    x1, x2 = c\n"
-        "    return x1 + 1e-3 * jnp.linalg.solve(A1 + 1e-3 * i, x1), x2 + 1e-3 * jnp.linalg.solve(A2 - 1e-3 * i, x2)\n"
-        "x1, x2 = jax.jit(lambda b: jax.lax.fori_loop(0, 300, body, (b, b)))(b)\n"
-        "print(bool(jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(x2))))")
-    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.split() == ["True"]
-
-
 def test_jobs_processes_share_a_gpu_by_allocating_its_memory_as_needed(monkeypatch):
     """``--jobs N`` on a GPU: JAX's default preallocates 75 % of the device in each process, which leaves too little
     for a second one, so the children allocate as needed unless the user chose (with this, eight processes shared an

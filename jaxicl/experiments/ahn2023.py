@@ -24,6 +24,7 @@ from .. import dynamics, losses, tasks
 from ..models import GramBatch, LinearTransformer
 from ..sweep import sweep
 from ..theory import ahn
+from ..xla_cpu import after
 from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
 
 NAME = "ahn2023"
@@ -83,7 +84,8 @@ def seed_problem(key, cfg: Config, n: int, parametrization: str = "preconditione
     Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales)).sample(k_cov)
     task = tasks.LinearRegression(cfg.d, n, tasks.FixedCovariance(Sigma), "inverse_covariance")
     train = GramBatch.from_prompts(task.sample(k_train, train_batch or cfg.train_batch))
-    test = GramBatch.from_prompts(task.sample(k_test, test_batch or cfg.test_batch))
+    # the test set is drawn after the training set (its batched triangular solve after theirs; xla_cpu.after)
+    test = GramBatch.from_prompts(task.sample(after(k_test, train), test_batch or cfg.test_batch))
     model = LinearTransformer.init(k_init, cfg.d, n_layers or cfg.n_layers, parametrization, scale=cfg.init_scale)
     return Sigma, train, test, model
 
@@ -132,7 +134,15 @@ def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_
     """Train one model per key (vmapped), recording the parameters at every iteration; then the
     distances at every iteration and the test loss (and its excess over the Thm 4 point ``a_star``,
     on the same test prompts) at every ``_stride``-th iteration. With ``restarts`` > 1 each seed is
-    trained from that many Gaussian inits (vmapped) and the lowest *training* loss is kept."""
+    trained from that many Gaussian inits (vmapped) and the lowest *training* loss is kept.
+    Returns (the per-seed results, the stride, seconds)."""
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(seed_trainer(cfg, method, parametrization, n, a_star, restarts)(keys))
+    return out, _stride(_steps(cfg, method)), time.perf_counter() - t0
+
+
+def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=None, restarts: int = 1):
+    """The compiled program behind :func:`train_seeds`: keys -> per-seed results (``jit`` of a ``vmap``)."""
     n_steps = _steps(cfg, method)
     stride = _stride(n_steps)
 
@@ -140,6 +150,7 @@ def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_
     @jax.vmap
     def one(key):
         Sigma, train, test, model = seed_problem(key, cfg, n, parametrization)
+        train, model = after((train, model), test)  # the fits' LU solves after the test set's triangular solve
 
         def fit_from(k):
             m = model if restarts == 1 else LinearTransformer.init(k, cfg.d, cfg.n_layers, parametrization, scale=cfg.init_scale)
@@ -157,9 +168,7 @@ def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_
         return dict(Sigma=Sigma, losses=res.losses, test_loss=test_loss, final_test=final_test, ref_test=ref,
                     median_test=_median_test(res.params, test), final=res.params, **dist)
 
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(one(keys))
-    return out, stride, time.perf_counter() - t0
+    return one
 
 
 def _family_optimum(cfg: Config, key, n_layers: int):
@@ -382,12 +391,16 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     k_cov, k_train, k_test, k_init = jax.random.split(key, 4)
     Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales)).sample(k_cov)
     task = tasks.LinearRegression(cfg.d, n_max, tasks.FixedCovariance(Sigma), "inverse_covariance")
+    # one LAPACK-heavy part after the other (xla_cpu.after): the training set's triangular solve, the test set's, the
+    # fit (a loop of batched LU solves), then the baselines on the test prompts (OLS: one batched SVD of them all).
+    # XLA:CPU ran the fit and the SVD at once, and jaxlib 0.10's kernels deadlocked on them (benchmarks/README.md).
     ptrain = _mask_context(task.sample(k_train, cfg.sweep_train_batch), n_ctx)
-    ptest = _mask_context(task.sample(k_test, cfg.sweep_test_batch), n_ctx)
+    ptest = _mask_context(task.sample(after(k_test, ptrain), cfg.sweep_test_batch), n_ctx)
     train, test = GramBatch.from_prompts(ptrain, n_ctx), GramBatch.from_prompts(ptest, n_ctx)
     model = LinearTransformer.init(k_init, cfg.d, max_depth, "preconditioner", scale=cfg.init_scale)
-    model = LinearTransformer(model.params, depth=depth)
+    model, train = after((LinearTransformer(model.params, depth=depth), train), ptest)
     res = fit(model, train, "levenberg_marquardt", cfg.lm_steps, cfg)
+    ptest = after(ptest, res)
     sq = 0.5 * (res.params.predict_gram(test) - test.y_query) ** 2
     Sinv = jnp.linalg.inv(Sigma)
     s_gd = ahn.best_gd_step(ptrain, depth, max_steps=max_depth)
@@ -403,8 +416,10 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
     for about 60 GiB as one program).
 
     The seeds stay an inner ``vmap`` rather than a sweep axis: XLA:CPU (jax 0.10.2) deadlocked, all threads
-    idle, on this program with (case, seed) flattened into one batch axis, with or without the sweep's own
-    key folding; nested, as here, it runs (same numbers as one ``jit(vmap(vmap(...)))``)."""
+    idle, on this program with (case, seed) flattened into one batch axis (same numbers as one
+    ``jit(vmap(vmap(...)))``). The cause, found later: the fits' batched LU solves and the OLS baseline's batched
+    SVD could run at once, and jaxlib 0.10's LAPACK kernels deadlock on two such calls; :func:`_sweep_point` now
+    orders them (``xla_cpu.after``)."""
     keys = jax.random.split(key, cfg.sweep_seeds)  # seed s uses the same Σ and data at every (n, L)
     n_max, max_depth = max(cfg.n, *cfg.contexts), max(cfg.n_layers, *cfg.depths)
     ns = np.array([cfg.n] * len(cfg.depths) + list(cfg.contexts))
