@@ -20,22 +20,24 @@ import jax
 import jax.numpy as jnp
 
 
+def _numeric(x) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.number)
+
+
 def after(tree, *deps):
     """``tree`` unchanged in value, made to depend on ``deps`` inside a compiled program.
 
     Every array leaf of ``tree`` gets ``0 · s`` added (converted to its dtype), where ``s`` sums one element of every
     array leaf of ``deps`` (their leaves may come from different parts of the program), made finite. XLA folds
     ``x + 0`` but not ``0 · s`` for a floating ``s`` (it is NaN for a NaN ``s``), so the addition stays in the program
-    as a data dependency. Integer leaves (PRNG keys) work too: the zero is converted to their dtype. Differentiable: the derivative with respect to ``tree`` is the identity and with
-    respect to ``deps`` zero. Outside ``jit`` it changes nothing and costs one small operation per leaf."""
-    anchors = [jnp.ravel(x)[0].astype(jnp.float32) for x in jax.tree_util.tree_leaves(deps)
-               if isinstance(x, jax.Array) and x.size and jnp.issubdtype(x.dtype, jnp.number)]
+    as a data dependency. Integer leaves (PRNG keys) work too: the zero is converted to their dtype. Differentiable:
+    the derivative with respect to ``tree`` is the identity and with respect to ``deps`` zero. Outside ``jit`` it
+    changes nothing and costs one small operation per leaf."""
+    anchors = [jnp.ravel(x)[0].astype(jnp.float32) for x in jax.tree_util.tree_leaves(deps) if _numeric(x) and x.size]
     if not anchors:
         return tree
     zero = jax.lax.stop_gradient(0.0 * jnp.nan_to_num(sum(anchors)))
-    return jax.tree_util.tree_map(
-        lambda x: x + zero.astype(x.dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.number) else x,
-        tree)
+    return jax.tree_util.tree_map(lambda x: x + zero.astype(x.dtype) if _numeric(x) else x, tree)
 
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
@@ -82,26 +84,31 @@ def concurrent_lapack_calls(hlo_text: str, min_work: float = 0.0) -> list[tuple[
             called = re.findall(r"(?:condition|body|calls|to_apply)=%([\w.\-]+)", rest)
             called += [c for group in re.findall(r"branch_computations=\{([^}]*)\}", rest)
                        for c in re.findall(r"%([\w.\-]+)", group)]
-            control = re.findall(r"%([\w.\-]+)", (re.search(r"control-predecessors=\{([^}]*)\}", rest) or ["", ""])[1])
-            current[name] = (re.findall(r"%([\w.\-]+)", args[:end]) + control, called, _lapack_work(rest))
+            operands = re.findall(r"%([\w.\-]+)", args[:end])
+            if control := re.search(r"control-predecessors=\{([^}]*)\}", rest):  # ordering edges, like operands
+                operands += re.findall(r"%([\w.\-]+)", control.group(1))
+            current[name] = (operands, called, _lapack_work(rest))
+    threshold = max(min_work, 1.0)
     contains: dict[str, bool] = {}
 
-    def holds_lapack(computation: str) -> bool:  # a large batched LAPACK call inside, at any depth
+    def heavy(instruction) -> bool:  # a large batched LAPACK call, or a loop or call holding one
+        _, called, work = instruction
+        return work >= threshold or any(holds_lapack(c) for c in called)
+
+    def holds_lapack(computation: str) -> bool:
         if computation not in contains:
-            contains[computation] = False
-            contains[computation] = any(w >= max(min_work, 1.0) or any(holds_lapack(c) for c in called)
-                                        for _, called, w in computations.get(computation, {}).values())
+            contains[computation] = False  # while it is being looked at (HLO computations do not recurse)
+            contains[computation] = any(map(heavy, computations.get(computation, {}).values()))
         return contains[computation]
 
     pairs = []
     for computation, instructions in computations.items():
-        heavy = [n for n, (_, called, w) in instructions.items()
-                 if w >= max(min_work, 1.0) or any(holds_lapack(c) for c in called)]
-        if len(heavy) < 2:
+        calls = [n for n, instruction in instructions.items() if heavy(instruction)]
+        if len(calls) < 2:
             continue
         bit = {name: 1 << i for i, name in enumerate(instructions)}
         ancestors: dict[str, int] = {}  # a bit set over the computation's instructions, built without recursion
-        for start in heavy:
+        for start in calls:
             stack = [start]
             while stack:
                 name = stack[-1]
@@ -114,6 +121,6 @@ def concurrent_lapack_calls(hlo_text: str, min_work: float = 0.0) -> list[tuple[
                 for o in instructions[name][0]:
                     if o in instructions:
                         ancestors[name] |= ancestors[o] | bit[o]
-        pairs += [(computation, a, b) for i, a in enumerate(heavy) for b in heavy[i + 1:]
+        pairs += [(computation, a, b) for i, a in enumerate(calls) for b in calls[i + 1:]
                   if not (ancestors[b] & bit[a] or ancestors[a] & bit[b])]
     return pairs

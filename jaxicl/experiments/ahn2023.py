@@ -392,7 +392,7 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales)).sample(k_cov)
     task = tasks.LinearRegression(cfg.d, n_max, tasks.FixedCovariance(Sigma), "inverse_covariance")
     # one LAPACK-heavy part after the other (xla_cpu.after): the training set's triangular solve, the test set's, the
-    # fit (a loop of batched LU solves), then the baselines on the test prompts (OLS: one batched SVD of them all).
+    # fit (a loop of batched LU solves), then the OLS baseline on the test prompts (one batched SVD of them all).
     # XLA:CPU ran the fit and the SVD at once, and jaxlib 0.10's kernels deadlocked on them (benchmarks/README.md).
     ptrain = _mask_context(task.sample(k_train, cfg.sweep_train_batch), n_ctx)
     ptest = _mask_context(task.sample(after(k_test, ptrain), cfg.sweep_test_batch), n_ctx)
@@ -400,13 +400,12 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     model = LinearTransformer.init(k_init, cfg.d, max_depth, "preconditioner", scale=cfg.init_scale)
     model, train = after((LinearTransformer(model.params, depth=depth), train), ptest)
     res = fit(model, train, "levenberg_marquardt", cfg.lm_steps, cfg)
-    ptest = after(ptest, res)
     sq = 0.5 * (res.params.predict_gram(test) - test.y_query) ** 2
     Sinv = jnp.linalg.inv(Sigma)
     s_gd = ahn.best_gd_step(ptrain, depth, max_steps=max_depth)
     s_pgd = ahn.best_gd_step(ptrain, depth, Sinv, max_steps=max_depth)
     return (jnp.mean(sq), jnp.std(sq) / jnp.sqrt(sq.shape[0]), ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
-            ahn.gd_loss(ptest, s_pgd, depth, Sinv, max_steps=max_depth), ahn.ols_loss(ptest))
+            ahn.gd_loss(ptest, s_pgd, depth, Sinv, max_steps=max_depth), ahn.ols_loss(after(ptest, res)))
 
 
 def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
