@@ -22,15 +22,24 @@ Configs (``quick``: the CPU reproduction sizes; ``paper``: the papers' sizes):
 - ``yang-fig5``: the 4-layer transformer on the template task (Yang et al. §4; paper: K = 200, d = 100,
   width 256, MLP 512, H = 8, batch 256).
 
+Also printed: the seconds XLA took to compile the chunk program (tracing, lowering and compilation, with an
+empty compilation cache), which a short training must repay. ``--unroll`` and ``--autotune-level`` set the two
+things that trade compilation for step time (``jaxicl.models.transformer.UNROLL``, the GPU's GEMM autotuning of
+``jaxicl.dynamics.train.TRAINING_COMPILER_OPTIONS``), so that one command per setting measures whether a quick run
+(1,000–3,000 steps) repays them; XLA:CPU has no autotuning.
+
 Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 3] [--chunk N]
-[--dtype float32|bfloat16]`` (chunk default: 20 steps at quick size, 2 at paper size).
+[--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N]`` (chunk default: 20 steps at quick size, 2
+at paper size).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import tempfile
+import time
 
 import equinox as eqx
 import jax
@@ -43,6 +52,8 @@ from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.experiments import zhang2023 as Z
+
+train_module = importlib.import_module("jaxicl.dynamics.train")  # the module: jaxicl.dynamics.train is the function
 
 
 def step_flops(batch, tokens, d_model, d_ff, block_applications):
@@ -82,18 +93,20 @@ def yang_case(size):
 
 
 def compiled_step(loss, model, compute_dtype, chunk):
-    """The compiled chunk program that ``step_seconds`` timed (the persistent compilation cache hands it back):
-    (peak bytes, whether cuDNN's fused attention is in it)."""
+    """Compile the chunk program that ``step_seconds`` then times (the persistent compilation cache hands it back to
+    it): (seconds to trace, lower and compile it, peak bytes, whether cuDNN's fused attention is in it)."""
     opt = optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     run = chunk_runner(loss, static, opt, compute_dtype)
+    t0 = time.perf_counter()
     compiled = run.lower(params, opt.init(params), jax.random.PRNGKey(0), jnp.arange(chunk)).compile()
+    seconds = time.perf_counter() - t0
     fused = "cudnn$fmha" in compiled.as_text()
     mem = compiled.memory_analysis()
     if mem is None:
-        return math.nan, fused
+        return seconds, math.nan, fused
     peak = getattr(mem, "peak_memory_in_bytes", 0)
-    return peak or (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes), fused
+    return seconds, peak or (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes), fused
 
 
 def main():
@@ -105,18 +118,27 @@ def main():
     ap.add_argument("--attention", choices=["auto", "xla"], default="auto",
                     help="auto: cuDNN fused attention where it applies (GPU, bf16); xla: never")
     ap.add_argument("--only", default=None, help="run only the configs whose label contains this (_ for a space)")
+    ap.add_argument("--unroll", choices=["auto", "on", "off"], default="auto",
+                    help="the layer and loop scans: auto unrolls them on accelerators only (the library's default)")
+    ap.add_argument("--autotune-level", type=int, default=None,
+                    help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
+                         f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})")
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's peak for the compute dtype, to print the fraction reached")
     args = ap.parse_args()
     compute = None if args.dtype == "float32" else jnp.bfloat16
     models.transformer.ATTENTION_IMPLEMENTATION = args.attention
+    models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
+    if args.autotune_level is not None:
+        train_module.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
     with tempfile.TemporaryDirectory() as cache:  # the memory probe recompiles the timed program: read it back
         compilation_cache.enable(cache, min_compile_seconds=0.0)
         run_configs(args, compute)
 
 
 def run_configs(args, compute):
-    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}")
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll {args.unroll}, "
+          f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}")
     for name in (["quick", "paper"] if args.config == "both" else [args.config]):
         size = "quick" if name == "quick" else "full"
         chunk = args.chunk or (20 if name == "quick" else 2)
@@ -126,13 +148,14 @@ def run_configs(args, compute):
             if args.only and args.only.replace("_", " ") not in label:
                 continue
             loss, model, flops = make()
+            compile_s, mem, fused = compiled_step(loss, model, compute, chunk)
             sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
                                compute_dtype=compute)
-            mem, fused = compiled_step(loss, model, compute, chunk)
             peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
             print(f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
                   f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
-                  f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | chunk {chunk} x {args.repeats}",
+                  f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "
+                  f"chunk {chunk} x {args.repeats}",
                   flush=True)
 
 
