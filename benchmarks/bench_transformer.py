@@ -131,7 +131,7 @@ def main():
     models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
     if args.autotune_level is not None:
         train_module.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
-    with tempfile.TemporaryDirectory() as cache:  # the memory probe recompiles the timed program: read it back
+    with tempfile.TemporaryDirectory() as cache:  # step_seconds reads back the program compiled_step compiled cold
         compilation_cache.enable(cache, min_compile_seconds=0.0)
         run_configs(args, compute)
 
