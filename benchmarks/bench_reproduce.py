@@ -16,7 +16,10 @@ pinning the CPU runs to two CPUs (XLA:CPU sizes its thread pool from them).
 warm, and reports each paper's own wall time from its summary line: an upper bound on the paper run alone, since
 the papers share the machine. That fits every paper, cold and warm, into one device call (each paper alone takes
 minutes on a GPU, benchmarks/README.md). ``--timeout S`` stops each command (its processes too) after S seconds;
-the papers that had not finished are reported as such.
+the papers that had not finished are reported as such. ``--cold-only`` skips the warm runs (half the time).
+
+The runs inherit the environment: ``JAXICL_UNROLL``, ``JAXICL_REMAT`` and ``JAXICL_TRAINING_AUTOTUNE_LEVEL`` set how the
+transformers' training programs compile (README, "Speed"); the header line prints those set.
 
 Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
 [--stages] [--jobs N] [--timeout S]`` (default: every paper, JAX's default backend). Minutes per paper on a 2-core CPU
@@ -108,6 +111,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=None,
                     help="run the papers at once in one command with --jobs N (per-paper times: upper bounds)")
     ap.add_argument("--timeout", type=float, default=None, help="with --jobs: stop each command after S seconds")
+    ap.add_argument("--cold-only", action="store_true", help="only the runs with an empty compilation cache")
     args = ap.parse_args()
     from jaxicl.experiments import _modules, available
 
@@ -118,8 +122,12 @@ def main():
     names = list(_modules(names, not args.skip_transformers))  # papers made only of transformers: none left
     cpus = sorted(os.sched_getaffinity(0))[: args.cpu_cores] if args.cpu_cores and hasattr(os, "sched_getaffinity") \
         else None
+    settings = {k: v for k, v in os.environ.items() if k in ("JAXICL_UNROLL", "JAXICL_REMAT",
+                                                              "JAXICL_TRAINING_AUTOTUNE_LEVEL", "XLA_FLAGS")}
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}"
-          + (f"; cpu runs pinned to CPUs {cpus}" if cpus else ""), flush=True)
+          + (f"; cpu runs pinned to CPUs {cpus}" if cpus else "")
+          + "".join(f"; {k}={v}" for k, v in settings.items()), flush=True)
+    kinds = ("cold",) if args.cold_only else ("cold", "warm")
     print("| paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | "
           "cold ÷ warm |\n|---|---|---|---|---|---|", flush=True)
     walls = {}
@@ -129,7 +137,8 @@ def main():
         walls[name, label] = (cold and cold.seconds, warm and warm.seconds)
         checks = next((f"{r.passed}/{r.asserted}" for r in (warm, cold) if r), "—")
         cold_s = f"{cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs}" if cold else "not finished"
-        warm_s = f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs}" if warm else "not finished"
+        warm_s = (f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs}" if warm else
+                  "not finished" if "warm" in runs else "—")
         ratio = f"{cold.seconds / warm.seconds:.2f}×" if cold and warm else "—"
         print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | {checks} | {cold_s} | "
               f"{warm_s} | {ratio} |", flush=True)
@@ -145,17 +154,18 @@ def main():
             with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
                 together = {what: run_reproduce(names, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
                                                 not args.skip_transformers, args.jobs, args.timeout)
-                            for what in ("cold", "warm")}
+                            for what in kinds}
                 for name in names:
                     row(name, label, pinned, {what: runs.get(name) for what, (_, runs) in together.items()})
+                warm = f"{together['warm'][0]:.1f} s" if "warm" in together else "—"
                 print(f"| all, --jobs {args.jobs} (whole command) | {label} | | {together['cold'][0]:.1f} s | "
-                      f"{together['warm'][0]:.1f} s | |", flush=True)
+                      f"{warm} | |", flush=True)
             continue
         for name in names:
             with tempfile.TemporaryDirectory(prefix=f"bench_reproduce_{name}_") as tmp:  # cache and both --out
                 row(name, label, pinned, {what: reproduce_once(name, Path(tmp) / what, Path(tmp) / "cache", platform,
                                                                pinned, not args.skip_transformers)
-                                          for what in ("cold", "warm")})
+                                          for what in kinds})
     if len(args.platforms) == 2:
         a, b = (p or "default" for p in args.platforms)
         print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")

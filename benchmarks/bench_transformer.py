@@ -118,8 +118,9 @@ def main():
     ap.add_argument("--attention", choices=["auto", "xla"], default="auto",
                     help="auto: cuDNN fused attention where it applies (GPU, bf16); xla: never")
     ap.add_argument("--only", default=None, help="run only the configs whose label contains this (_ for a space)")
-    ap.add_argument("--unroll", choices=["auto", "on", "off"], default="auto",
-                    help="the layer and loop scans: auto unrolls them on accelerators only (the library's default)")
+    ap.add_argument("--unroll", choices=["auto", "on", "off"], default=None,
+                    help="the layer and loop scans: auto unrolls them on accelerators only (default: $JAXICL_UNROLL, "
+                         "else auto)")
     ap.add_argument("--autotune-level", type=int, default=None,
                     help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
                          f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})")
@@ -128,7 +129,8 @@ def main():
     args = ap.parse_args()
     compute = None if args.dtype == "float32" else jnp.bfloat16
     models.transformer.ATTENTION_IMPLEMENTATION = args.attention
-    models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
+    if args.unroll is not None:
+        models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
     if args.autotune_level is not None:
         train_module.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
     with tempfile.TemporaryDirectory() as cache:  # step_seconds reads back the program compiled_step compiled cold
@@ -137,7 +139,8 @@ def main():
 
 
 def run_configs(args, compute):
-    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll {args.unroll}, "
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll "
+          f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
           f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}")
     for name in (["quick", "paper"] if args.config == "both" else [args.config]):
         size = "quick" if name == "quick" else "full"

@@ -1,6 +1,9 @@
 """Softmax transformers (standard, looped, AlgoFormer), sequence tasks, baselines and the training loop."""
 
 import importlib
+import os
+import subprocess
+import sys
 
 import equinox as eqx
 import jax
@@ -160,6 +163,39 @@ def test_rematerialised_blocks_give_the_same_loss_and_gradient(name, monkeypatch
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
     monkeypatch.setattr(models.transformer, "REMAT", None)  # the default: on for the CPU only
     assert models.transformer._remat() is (jax.default_backend() == "cpu")
+
+
+def test_compilation_switches_from_the_environment(monkeypatch):
+    """$JAXICL_UNROLL / $JAXICL_REMAT (auto, on, off) and $JAXICL_TRAINING_AUTOTUNE_LEVEL (0…4) set the scans, the
+    rematerialisation and the training programs' GEMM autotuning for a whole run: read at import, so that the
+    `--jobs` processes get them too; anything else is refused, naming the variable."""
+    switch = models.transformer._switch_from_env
+    for value, expected in (("", None), ("auto", None), ("1", True), ("On", True), ("true", True), ("0", False),
+                            ("off", False), ("FALSE", False)):
+        monkeypatch.setenv("JAXICL_UNROLL", value)
+        assert switch("JAXICL_UNROLL") is expected
+    monkeypatch.delenv("JAXICL_UNROLL")
+    assert switch("JAXICL_UNROLL") is None
+    monkeypatch.setenv("JAXICL_UNROLL", "yes")
+    with pytest.raises(ValueError, match=r"\$JAXICL_UNROLL = 'yes'"):
+        switch("JAXICL_UNROLL")
+    level = importlib.import_module("jaxicl.dynamics.train")._autotune_level_from_env
+    monkeypatch.delenv("JAXICL_TRAINING_AUTOTUNE_LEVEL", raising=False)
+    assert level() == 4
+    for value in ("0", "4"):
+        monkeypatch.setenv("JAXICL_TRAINING_AUTOTUNE_LEVEL", value)
+        assert level() == int(value)
+    for value in ("5", "-1", "high"):
+        monkeypatch.setenv("JAXICL_TRAINING_AUTOTUNE_LEVEL", value)
+        with pytest.raises(ValueError, match="JAXICL_TRAINING_AUTOTUNE_LEVEL"):
+            level()
+    # a fresh process (as `jaxicl reproduce --jobs` starts) reads them at import
+    env = {**os.environ, "JAXICL_UNROLL": "off", "JAXICL_REMAT": "on", "JAXICL_TRAINING_AUTOTUNE_LEVEL": "0"}
+    out = subprocess.run([sys.executable, "-c", "import importlib, jaxicl.models.transformer as t; "
+                          "tr = importlib.import_module('jaxicl.dynamics.train'); "
+                          "print(t.UNROLL, t.REMAT, tr.TRAINING_COMPILER_OPTIONS)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    assert out == ["False", "True", "{'xla_gpu_autotune_level': 0}\n"]
 
 
 @pytest.mark.parametrize("name", ["looped", "algoformer"])

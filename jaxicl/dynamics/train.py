@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -151,9 +152,20 @@ def checkpoint_header(path) -> dict:
         return json.loads(f.readline())
 
 
+def _autotune_level_from_env(name: str = "JAXICL_TRAINING_AUTOTUNE_LEVEL", default: int = 4) -> int:
+    """XLA:GPU's GEMM autotuning level (0 = off … 4) for training programs: ``$name``, else ``default``."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if value not in {str(i) for i in range(5)}:
+        raise ValueError(f"${name} = {value!r}: use an autotuning level 0 (off) … 4.")
+    return int(value)
+
+
 # XLA options for training programs: the ``jaxicl`` command turns GPU GEMM autotuning off for its many small programs
-# (it took most of their compilation), but a transformer's training step is 3× slower without it.
-TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": 4}
+# (it took most of their compilation), but a transformer's training step is 3× slower without it (paper size).
+# $JAXICL_TRAINING_AUTOTUNE_LEVEL sets the level for a whole run, the `--jobs` processes included.
+TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": _autotune_level_from_env()}
 
 
 def steps_from(start: int, n: int) -> Array:
