@@ -26,10 +26,10 @@ REPRODUCTIONS = {
 
 
 # Seconds each quick job of ``--jobs`` took on the 2-core reference VM, two processes sharing it (a clean-clone
-# `make reproduce`, 2026-11-25; benchmarks/README.md): a paper, or a part of one ("paper/part", its ``PARTS``).
+# `make reproduce`, 2026-11-26, 3ab1c2d; benchmarks/README.md): a paper, or a part of one ("paper/part", its ``PARTS``).
 # ``--jobs`` starts the longest first, so that the last job to start is a short one.
-QUICK_SECONDS = {"zhang2023": 437, "ahn2023": 173, "gatmiry2024": 75, "yang2024": 394, "algoformer/regression": 227,
-                 "algoformer/ar": 108, "algoformer/cot": 123, "algoformer/fig5": 208}
+QUICK_SECONDS = {"zhang2023": 459, "ahn2023": 185, "gatmiry2024": 84, "yang2024": 311, "algoformer/regression": 185,
+                 "algoformer/ar": 97, "algoformer/cot": 109, "algoformer/fig5": 177}
 
 
 def available() -> list[str]:
@@ -43,8 +43,8 @@ def _seconds(job: str) -> float:
 
 def longest_first(jobs: list[str]) -> list[str]:
     """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first
-    (:data:`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end within
-    seconds of each other (estimated 876 s and 869 s; measured 910 s and 919 s in one `make reproduce`)."""
+    (:data:`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end about a
+    minute apart (estimated 837 s and 770 s), the shortest job last."""
     return sorted(jobs, key=lambda n: -_seconds(n))
 
 
