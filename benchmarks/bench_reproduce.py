@@ -19,12 +19,12 @@ minutes on a GPU, benchmarks/README.md). ``--timeout S`` stops each command (its
 the papers that had not finished are reported as such. ``--cold-only`` skips the warm runs (half the time).
 
 The runs inherit the environment: ``JAXICL_UNROLL``, ``JAXICL_REMAT`` and ``JAXICL_TRAINING_AUTOTUNE_LEVEL`` set how the
-transformers' training programs compile (README, "Speed"); the header line prints those set.
+transformers' training programs compile (README, "Command line", XLA options); the header line prints those set.
 
 Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
-[--stages] [--jobs N] [--timeout S]`` (default: every paper, JAX's default backend). Minutes per paper on a 2-core CPU
-(``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the transformer
-trainings (and the AlgoFormer paper).
+[--stages] [--jobs N] [--timeout S] [--cold-only]`` (default: every paper, JAX's default backend). Minutes per paper
+on a 2-core CPU (``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the
+transformer trainings (and the AlgoFormer paper).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 #
 #   1. Quick-size training programs (bench_transformer.py --config quick): compile seconds and ms/step per model,
 #      with the library's GPU default (scans unrolled, GEMM autotuning level 4) and with rolled scans and no
-#      autotuning. A quick run trains 1,000-3,000 steps per model, so compile + steps x ms decides the default.
+#      autotuning. A quick run trains 700-3,000 steps per model, so compile + steps x ms decides the default.
 #   2. On an H100 only (item 4's target is named for one): the paper-size AlgoFormer step in bf16 and float32.
 #   3. Every quick reproduction at once, cold (bench_reproduce.py --jobs 8 --cold-only), with the setting of
 #      $JAXICL_UNROLL / $JAXICL_TRAINING_AUTOTUNE_LEVEL given to this script (default: the library's), in the time
