@@ -26,7 +26,8 @@ Also printed: the seconds XLA took to compile the chunk program (tracing, loweri
 empty compilation cache), which a short training must repay. ``--unroll`` and ``--autotune-level`` set the two
 things that trade compilation for step time (``jaxicl.models.transformer.UNROLL``, the GPU's GEMM autotuning of
 ``jaxicl.dynamics.train.TRAINING_COMPILER_OPTIONS``), so that one command per setting measures whether a quick run
-(1,000–3,000 steps) repays them; XLA:CPU has no autotuning.
+(700–3,000 steps) repays them; XLA:CPU has no autotuning. Both default to the library's settings, which
+``$JAXICL_UNROLL`` and ``$JAXICL_TRAINING_AUTOTUNE_LEVEL`` set (README, "Command line", XLA options).
 
 Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 3] [--chunk N]
 [--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N]`` (chunk default: 20 steps at quick size, 2
