@@ -44,7 +44,8 @@ def _seconds(job: str) -> float:
 def longest_first(jobs: list[str]) -> list[str]:
     """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first
     (:data:`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end about a
-    minute apart (estimated 837 s and 770 s), the shortest job last."""
+    minute apart (estimated 837 s and 770 s), the shortest job last; `make reproduce` runs three, whose third
+    process keeps the idle core busy for part of it (benchmarks/README.md)."""
     return sorted(jobs, key=lambda n: -_seconds(n))
 
 
