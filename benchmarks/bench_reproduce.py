@@ -40,7 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
-SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+)/(?P<asserted>\d+) checks passed in (?P<wall>[\d.]+) s "
+SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, \d+ not reproduced, \d+ "
+                     r"reported in (?P<wall>[\d.]+) s "
                      r"(?:over \d+ processes )?\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
                      r"persistent cache\)")
 
@@ -49,7 +50,7 @@ SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+)/(?P<asserted>\d
 class Run:
     seconds: float  # the whole command, start-up included
     passed: int
-    asserted: int
+    failed: int
     compile: float
     programs: int
     hits: int
@@ -77,7 +78,7 @@ def run_reproduce(names: list[str], out: Path, cache: Path, platform: str | None
         stdout, stderr = proc.communicate()
         timed_out = True
     seconds = time.perf_counter() - t
-    runs = {m["name"]: Run(float(m["wall"]), int(m["passed"]), int(m["asserted"]), float(m["compile"]),
+    runs = {m["name"]: Run(float(m["wall"]), int(m["passed"]), int(m["failed"]), float(m["compile"]),
                            int(m["programs"]), int(m["hits"]), out / "report.md") for m in SUMMARY.finditer(stdout)}
     if not timed_out and (proc.returncode not in (0, 1) or not runs):  # 1: a check failed (in the row), else it broke
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}")
@@ -135,7 +136,7 @@ def main():
     def row(name, label, pinned, runs):
         cold, warm = runs.get("cold"), runs.get("warm")
         walls[name, label] = (cold and cold.seconds, warm and warm.seconds)
-        checks = next((f"{r.passed}/{r.asserted}" for r in (warm, cold) if r), "—")
+        checks = next((f"{r.passed} pass, {r.failed} fail" for r in (warm, cold) if r), "—")
         cold_s = f"{cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs}" if cold else "not finished"
         warm_s = (f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs}" if warm else
                   "not finished" if "warm" in runs else "—")

@@ -37,6 +37,7 @@ def _use_cache(args) -> None:
 
 def _cmd_reproduce(args) -> int:
     from .experiments import available, reproduce, runs_in_processes
+    from .experiments.report import headline
 
     names = args.names or available()
     unknown = [n for n in names if n not in available()]
@@ -64,9 +65,9 @@ def _cmd_reproduce(args) -> int:
     if child:
         _write_result(args.result_file, results)
     report = Path(args.out) / "report.md"
-    failed = [(r.name, c.claim) for r in results for c in r.checks if c.passed is False]
+    failed = [(r.name, c.claim) for r in results for c in r.checks if c.verdict == "FAIL"]
     if not child:
-        print(f"[jaxicl] report: {report.resolve()}")
+        print(f"[jaxicl] {headline([c for r in results for c in r.checks])}; report: {report.resolve()}")
     for name, claim in failed:
         print(f"[jaxicl] FAILED {name}: {claim}", file=sys.stderr)
     if failed:

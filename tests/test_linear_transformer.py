@@ -150,7 +150,8 @@ def test_parametrizations_build_the_papers_block_structure_and_round_trip():
     b, A1 = jnp.arange(d + 1.0), jnp.ones((d + 1, d))
     P, Q = SingleLayerWeights(b, A1).weights()
     back = SingleLayerWeights.from_weights(P, Q)
-    np.testing.assert_allclose(back.b, b) and np.testing.assert_allclose(back.A, A1)
+    np.testing.assert_allclose(back.b, b)
+    np.testing.assert_allclose(back.A, A1)
 
 
 def test_a_parametrization_that_cannot_express_the_weights_says_so():

@@ -84,4 +84,4 @@ def test_reproduce_full_passes_every_check(paper, tmp_path, monkeypatch):
         module = importlib.import_module(REPRODUCTIONS[paper][0])
         monkeypatch.setitem(module.SIZES, "full", dataclasses.replace(module.SIZES["full"], **{part: None}))
     (res,) = reproduce([paper], size="full", out=tmp_path)
-    assert all(c.passed is not False for c in res.checks)
+    assert all(c.verdict != "FAIL" for c in res.checks)

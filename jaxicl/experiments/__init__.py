@@ -13,7 +13,7 @@ from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
 from ..watchdog import STALL_SECONDS, IdleClock, process_cpu_seconds
 from .budget import TimeBudget
-from .report import Check, PaperResult, PartResult, render_markdown
+from .report import Check, PaperResult, PartResult, headline, render_markdown
 
 # name -> (module, one-line description); later issues add their papers here.
 REPRODUCTIONS = {
@@ -80,8 +80,7 @@ def runs_in_processes(names: list[str], jobs: int, transformers: bool = True) ->
 
 def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 1) -> None:
     where = "" if processes == 1 else f" over {processes} processes"
-    print(f"[jaxicl] {name}: {sum(c.passed is True for c in res.checks)}/{sum(c.passed is not None for c in res.checks)} "
-          f"checks passed in {timing.wall:.1f} s{where} (compile {timing.compile:.1f} s, {timing.programs} XLA "
+    print(f"[jaxicl] {name}: {headline(res.checks)} in {timing.wall:.1f} s{where} (compile {timing.compile:.1f} s, {timing.programs} XLA "
           f"programs, {timing.cache_hits} from the persistent cache)", flush=True)
     for fig, status in res.partial.items():
         print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)

@@ -39,7 +39,7 @@ import xarray as xr
 from .. import baselines, losses, models, tasks
 from ..dynamics import train
 from .budget import TimeBudget, least_complete, mark_partial, next_deadline, partial_status, plan
-from .report import Check, PaperResult, PartResult, fmt, lap_timer, save_dataset, save_paper_figure
+from .report import Check, PaperResult, PartResult, fmt, lap_timer, paper_claim, save_dataset, save_paper_figure
 
 NAME = "algoformer"
 TRANSFORMERS_ONLY = True  # every figure trains transformers: `jaxicl reproduce --skip-transformers` leaves it out
@@ -263,36 +263,56 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
                       attrs={"steps_per_second": sps, "status": partial_status(runs) or "complete"})
 
 
-def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
+def trained_as_paper(cfg: Config) -> bool:
+    """Whether the models train as long as the paper's (500k AdamW steps, ``--full``): only then are the paper's
+    comparisons between architectures asserted; a shorter run shows them "not reproduced" where they fail."""
+    return cfg.steps >= SIZES["full"].steps
+
+
+def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
+    """Fig. 2's rows for each task of ``task_names`` (:func:`_checks`)."""
+    asserted, why = trained_as_paper(cfg), f"{cfg.steps:,} training steps (paper: 500,000)"
     checks = []
-    for t in ("regression", "ar", "cot"):
+    for t in task_names:
         zero = ds2[f"{t}_zero"].values
         final = {m: ds2[f"{t}_{m}"].values[-1] for m in MODELS}
         checks.append(Check(
             f"Fig. 2 ({t}): every model learns in context — error at the last example below the zero estimator's",
             f"< {fmt(zero[-1])}", ", ".join(f"{m} {fmt(v)}" for m, v in final.items()), "strict",
             bool(all(v < zero[-1] for v in final.values()))))
-        first_last = {m: (ds2[f"{t}_{m}"].values[0], ds2[f"{t}_{m}"].values[-1]) for m in MODELS}
+        rel = {m: ds2[f"{t}_{m}"].values / zero for m in MODELS}  # error ÷ the zero estimator's, per position
         checks.append(Check(
-            f"Fig. 2 ({t}): the error decreases with the number of in-context examples (first vs last)",
-            "last < first", ", ".join(f"{m} {fmt(a)} → {fmt(b)}" for m, (a, b) in first_last.items()), "strict",
-            bool(all(b < a for a, b in first_last.values()))))
-        mean = {m: float(np.mean(ds2[f"{t}_{m}"].values)) for m in MODELS}
-        checks.append(Check(
-            f"Fig. 2 ({t}): AlgoFormer below the standard and the looped transformer (mean over examples)",
-            "algoformer < standard, looped", ", ".join(f"{m} {fmt(v)}" for m, v in mean.items()),
-            f"reported at {cfg.steps} steps (paper: 500k)", None))
+            f"Fig. 2 ({t}): the error decreases with the number of in-context examples (error ÷ zero estimator's, "
+            "first vs last example)", "last < first", ", ".join(f"{m} {fmt(r[0], 3)} → {fmt(r[-1], 3)}"
+                                                                for m, r in rel.items()), "strict",
+            bool(all(r[-1] < r[0] for r in rel.values())), seeds=3))
+        mean = {m: float(np.mean(ds2[f"{t}_{m}"].values / zero)) for m in MODELS}
+        checks.append(paper_claim(
+            f"Fig. 2 ({t}): AlgoFormer below the standard and the looped transformer (error ÷ zero estimator's, "
+            "mean over examples)", "algoformer < standard, looped", ", ".join(f"{m} {fmt(v, 3)}" for m, v in mean.items()),
+            "strict", mean["algoformer"] < min(mean["standard"], mean["looped"]), asserted, why))
+    return checks
+
+
+def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
+    """Every claim of Figs. 2, 3 and 5. The paper's orderings of the architectures (AlgoFormer below the standard
+    and the looped transformer; larger ΔT more stable; AlgoFormer below GD and Newton in the first iterations) are
+    asserted when the models train as the paper trains (:func:`trained_as_paper`), elsewhere "not reproduced" where
+    they fail. The errors are read per position relative to the zero estimator's at that position, so that a
+    sequence whose scale grows along the prompt (the AR task) does not hide what the model learns."""
+    checks = fig2_checks(cfg, ds2, ("regression", "ar", "cot"))
+    asserted, why = trained_as_paper(cfg), f"{cfg.steps:,} training steps (paper: 500,000)"
     err = ds3.error.values
     T = ds3["T"].values
+    dT = np.array([int(s.rstrip(")").split(", ")[-1]) for s in ds3.setting.values])
     at_T = err[np.arange(len(T)), T - 1]
     ratio = err[:, -1] / at_T
-    checks.append(Check(
-        f"Fig. 3: evaluation at {cfg.eval_loops} loops (≥ {cfg.eval_loops // max(T)}× trained) stays finite",
-        "finite", fmt(err[:, -1]), "—", bool(np.all(np.isfinite(err)))))
-    checks.append(Check(
-        "Fig. 3: larger ΔT gives more stable long-loop inference (error at the last loop / at T)",
-        "smaller ratio for larger ΔT at the same T", ", ".join(f"{s}: {fmt(r)}" for s, r in zip(ds3.setting.values, ratio)),
-        "reported", None))
+    pairs = [(i, j) for i in range(len(T)) for j in range(len(T)) if T[i] == T[j] and dT[i] > dT[j]]
+    checks.append(paper_claim(
+        f"Fig. 3: larger ΔT gives more stable long-loop inference (error at loop {cfg.eval_loops} ÷ error at T, "
+        "same T)", "smaller ratio for larger ΔT", ", ".join(f"{s}: {fmt(r)}" for s, r in zip(ds3.setting.values, ratio)),
+        f"strict, {len(pairs)} pair(s) of settings with the same T",
+        bool(pairs) and all(ratio[i] < ratio[j] for i, j in pairs), asserted, why))
     i0 = list(ds5.sigma.values).index(0.0) if 0.0 in list(ds5.sigma.values) else None
     if i0 is not None:
         rel = ds5.newton.values[i0, -1] / ds5.zero.values[i0]
@@ -304,10 +324,10 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
                             "gd > newton", f"gd {fmt(gd_rel)} vs newton {fmt(rel)}", "strict", bool(gd_rel > rel)))
     for i, s in enumerate(ds5.sigma.values):
         a, g, n = (ds5[k].values[i] for k in ("algoformer", "gd", "newton"))
-        checks.append(Check(
+        checks.append(paper_claim(
             f"Fig. 5 (σ = {s:g}): AlgoFormer below GD and Newton in the first iterations (t = 1, 2, 3)",
             "algoformer < gd, newton", f"algo {fmt(a[:3], 3)}, gd {fmt(g[:3], 3)}, newton {fmt(n[:3], 3)}",
-            "reported", None))
+            "strict, each t", bool(np.all(a[:3] < np.minimum(g[:3], n[:3]))), asserted, why))
     return checks
 
 
@@ -359,8 +379,8 @@ def _mark_figure(fig, ds) -> None:
 
 
 def _mark_partial_checks(checks, ds2, ds3, ds5):
-    """Checks that read a partially trained model are reported, not asserted (Fig. 5's GD and Newton baselines
-    need no training)."""
+    """Checks that read a partially trained model are not asserted (Fig. 5's GD and Newton baselines need no
+    training)."""
     status = {"Fig. 2": ds2.attrs["status"], "Fig. 3": ds3.attrs["status"], "Fig. 5": ds5.attrs["status"]}
     out = []
     for c in checks:
@@ -439,7 +459,8 @@ def assemble(size: str, out: Path, parts: list[PartResult]) -> PaperResult:
         "noise-free targets. The paper's size is `--full` (500k steps, GPU).",
         "The looped models average the loss over t = max(T − ΔT, 1) … T loops (eq. 6 with a mean over its terms). "
         "AR(q): A ~ N(0, 0.25/(qk) I) instead of N(0, I), which makes the series explode with a unit-scale Φ*. "
-        "Comparisons between architectures are reported, not asserted: at quick size they are far from converged.",
+        "The paper's comparisons between architectures are asserted only when the models train as long as the "
+        "paper's (`--full`); at a shorter training they are shown \"not reproduced\" where they do not hold.",
     ]
     figures = _figures(out, cfg, ds2, ds3, ds5)
     partial = {fig: ds.attrs["status"] for fig, ds in zip(figures, (ds2, ds3, ds5)) if ds.attrs["status"] != "complete"}

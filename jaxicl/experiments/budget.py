@@ -3,11 +3,12 @@
 A paper-size figure trains for 500k steps, more than any one sitting: each call trains every unfinished model for
 a fair share of what is left of the budget, checkpoints it, and draws the figures from what is there; the next
 call resumes every model where it stopped (the trajectory is the uninterrupted one). A figure drawn from a
-partial run says so ("partial, step s of S") and its checks are reported, not asserted.
+partial run says so ("partial, step s of S") and its claims are not asserted: each passes or is "not reproduced".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from .report import Check
@@ -69,7 +70,9 @@ def least_complete(statuses) -> str:
 
 
 def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
-    """Checks of a figure drawn from partially trained models: reported (not asserted), labelled with ``status``."""
+    """Checks of a figure drawn from partially trained models, labelled with ``status``: its claims not asserted
+    (each passes, or is "not reproduced" for the partial run), its measurements reported as they are."""
     if status is None:
         return checks
-    return [Check(f"{c.claim} [{status}]", c.predicted, c.simulated, c.tolerance, None) for c in checks]
+    return [dataclasses.replace(c, claim=f"{c.claim} [{status}]", asserted=False,
+                                reason=c.reason or f"training {status}") for c in checks]

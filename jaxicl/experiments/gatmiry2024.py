@@ -26,7 +26,7 @@ from ..losses.restricted import GaussianXBatch, fixed_gram_population_loss, gaus
 from ..models import LinearTransformer
 from ..sweep import sweep
 from ..theory import gatmiry as G
-from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
+from .report import Check, PaperResult, fmt, lap_timer, paper_claim, save_dataset, save_paper_figure
 
 NAME = "gatmiry2024"
 TITLE = "On the role of depth and looping for in-context learning with task diversity (Gatmiry et al.)"
@@ -333,8 +333,10 @@ def check_thm6_thm7(cfg: Config):
               fmt(r[:, 3], 3), fmt(r[:, 2], 3) + f"; growth e^{slope:.2f} per layer (9 = e^{np.log(9):.2f})",
               f"every L (statement's bound {fmt(r[:, 4], 3)} holds too)",
               bool(np.all(r[:, 2] >= r[:, 3]) and np.all(r[:, 2] >= r[:, 4]) and slope >= np.log(9) - 1e-9)),
-        Check("Thm 6 vs 7: looped minimiser on the same training distribution, same OOD test", "bounded",
-              fmt(r[:, 5], 3), "≤ d (the loss of A = 0)", bool(np.all(r[:, 5] <= d))),
+        Check("Thm 6 vs 7: the looped minimiser on the same training distribution stays below the multilayer one on "
+              "the same OOD test, and its OOD loss does not grow with L", f"multilayer {fmt(r[:, 2], 3)}",
+              "looped " + fmt(r[:, 5], 3), "looped < multilayer at every L > 1; looped non-increasing in L",
+              bool(np.all(r[1:, 5] < r[1:, 2]) and np.all(np.diff(r[:, 5]) <= 1e-12 * r[:-1, 5]))),
     ]
     # Thm 7: A*⁻¹ ≽ ((1−δ)β/2)(1 − ln(d/ε)/L) I (eq. 13) and the OOD bound, ε = 1/L, δ = 0
     ok13, okb, vals = True, True, []
@@ -378,23 +380,24 @@ def thm8_curves(cfg: Config, A_loop, scales):
     """Fixed-Gram loss at Σ = sI against the loop count for a looped A and, for App. F's unequal
     layers, against depth. Thm 8's proof diagonalises Σ^½AΣ^½, so its L_0 is for symmetric A: the
     check uses the symmetric part of the trained A; the raw (slightly non-symmetric) A is reported."""
-    T = cfg.thm8_loops
-    depths = jnp.arange(1, T + 1)
     A_loop = np.asarray(A_loop, float)
     A_sym = (A_loop + A_loop.T) / 2
+    L0s = [G.looped_monotone_from(A_sym, s * np.eye(cfg.d)) for s in scales]
+    # loop counts past every L_0, so that the claim "monotone from L_0 on" is tested on at least 10 loops each
+    T = max(cfg.thm8_loops, int(np.ceil(max(L0s))) + 10)
+    depths = jnp.arange(1, T + 1)
 
     def loop_curve(A, s):
         model = LinearTransformer.restricted(jnp.asarray(A)[None], looped=True, depth=T, max_depth=T)
         return np.asarray(jax.jit(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(model, L), s * jnp.eye(cfg.d))))(depths))
 
-    sym_curves, raw_curves, ok, L0s, starts, raw_starts = [], [], True, [], [], []
-    for s in scales:
+    sym_curves, raw_curves, ok, starts, raw_starts = [], [], True, [], []
+    for s, L0 in zip(scales, L0s):
         vals = loop_curve(A_sym, s)
-        L0 = G.looped_monotone_from(A_sym, s * np.eye(cfg.d))
         start = _monotone_from(vals)
         ok &= start <= max(1, int(np.ceil(L0)))
         raw = loop_curve(A_loop, s)
-        sym_curves.append(vals), raw_curves.append(raw), L0s.append(L0), starts.append(start), raw_starts.append(_monotone_from(raw))
+        sym_curves.append(vals), raw_curves.append(raw), starts.append(start), raw_starts.append(_monotone_from(raw))
     s_f = 4.0
     steps = G.nonmonotone_steps(s_f, T)
     multi = G.restricted_model(steps, cfg.d)
@@ -402,8 +405,8 @@ def thm8_curves(cfg: Config, A_loop, scales):
     diffs = np.sign(np.diff(multi_curve))
     checks = [
         Check("Thm 8: looped loss monotone in the loop count from L_0 on (symmetric part of the trained looped A, Σ = sI)",
-              f"L_0 = {fmt(np.array(L0s), 3)} for s = {list(scales)}", f"monotone from L = {starts} (raw trained A: from {raw_starts})",
-              "from ⌈L_0⌉ on, every s", bool(ok)),
+              f"L_0 = {fmt(np.array(L0s), 3)} for s = {list(scales)}", f"monotone from L = {starts} (raw trained A: from {raw_starts}) over {T} loops",
+              "from ⌈L_0⌉ on, every s (≥ 10 loops past each L_0)", bool(ok)),
         Check("Thm 8 / App. F: unequal layers (γ_t = 3, ½, 3, …) give a loss that is not monotone in depth",
               "up and down", f"signs of successive changes: {''.join('+' if x > 0 else '-' for x in diffs[:8])}…", "—",
               bool(np.any(diffs > 0) and np.any(diffs < 0))),
@@ -523,7 +526,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         ds2 = fig2_sweep(cfg, jax.random.fold_in(key, 4), progress)
         lap("Fig. 2 (Gaussian X) sweep")
     checks += _fig1_checks(ds1, cfg)
-    checks += _fig2_checks(ds2)
+    checks += _fig2_checks(ds2, cfg)
     save(ds1, "fig1_gaussian_x.nc")
     save(ds2, "fig2_gaussian_x.nc")
 
@@ -601,8 +604,16 @@ def _fixed_gram_checks(ds_fg: xr.Dataset, theory: xr.Dataset) -> list[Check]:
         Check("fixed Gram: no trained multilayer model goes below the best degree-L polynomial d/K_L(0,0)",
               fmt(th_m.ravel(), 4), fmt(tr_m.ravel(), 4), "trained ≥ optimum·(1 − 1e-9)", bool(np.all(tr_m >= th_m * (1 - 1e-9)))),
         Check("fixed Gram: trained multilayer reaches that optimum (L-BFGS from small init)", "= optimum",
-              f"max relative gap {np.max(tr_m / th_m - 1):.1e}", "≤ 1 % (non-convex; report)", None),
+              f"max relative gap {np.max(tr_m / th_m - 1):.1e}", "≤ 1 %", bool(np.max(tr_m / th_m - 1) <= 0.01),
+              asserted=False, reason="the loss is non-convex in the layers and L-BFGS from a small init can stop short "
+              "of the optimum (the optimum itself is the row above)"),
     ]
+
+
+def trained_as_paper(cfg: Config) -> bool:
+    """Whether Figs. 1-2's Gaussian-X models train as long as ``--full`` (2,000 Adam steps): only then are the
+    claims that need converged training asserted; a shorter run shows them "not reproduced" where they fail."""
+    return cfg.steps >= SIZES["full"].steps
 
 
 def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
@@ -611,33 +622,39 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     multi, loop = m.sel(looped=0).values, m.sel(looped=1).values  # (kappa, depth)
     checks.append(Check("Fig. 1: depth helps: loss at the largest L below half the loss at L = 1, every κ and architecture",
                         "decreasing in L", f"L = 1: {fmt(multi[:, 0], 3)}; L = {max(cfg.depths)}: {fmt(multi[:, -1], 3)} (multilayer), "
-                        f"{fmt(loop[:, -1], 3)} (looped)", "ratio < 0.5", bool(np.all(multi[:, -1] < 0.5 * multi[:, 0]) and np.all(loop[:, -1] < 0.5 * loop[:, 0]))))
+                        f"{fmt(loop[:, -1], 3)} (looped)", "ratio < 0.5", bool(np.all(multi[:, -1] < 0.5 * multi[:, 0]) and np.all(loop[:, -1] < 0.5 * loop[:, 0])),
+                        seeds=3))
     checks.append(Check("Fig. 1: more task diversity costs more: at L = 1 the loss increases with κ (both architectures)",
-                        "increasing in κ", fmt(multi[:, 0], 3), "—", bool(np.all(np.diff(multi[:, 0]) > 0))))
+                        "increasing in κ", f"multilayer {fmt(multi[:, 0], 3)}, looped {fmt(loop[:, 0], 3)}", "strict",
+                        bool(np.all(np.diff(multi[:, 0]) > 0) and np.all(np.diff(loop[:, 0]) > 0)), seeds=3))
     checks.append(Check("Fig. 1: loss for every (κ, L) (Gaussian X, mean over seeds; rows κ, columns L)", "—",
                         "multilayer " + "; ".join(fmt(r, 3) for r in multi) + " — looped " + "; ".join(fmt(r, 3) for r in loop),
-                        "report", None))
+                        "—", None))
     med = ds.test_median.mean("seed")
     checks.append(Check("Fig. 1: median per-prompt error (robust to the heavy Gaussian-X tail), rows κ", "—",
                         "multilayer " + "; ".join(fmt(r, 3) for r in med.sel(looped=0).values) + " — looped "
-                        + "; ".join(fmt(r, 3) for r in med.sel(looped=1).values), "report", None))
+                        + "; ".join(fmt(r, 3) for r in med.sel(looped=1).values), "—", None))
     ratio = loop / multi
-    checks.append(Check("Fig. 1(b): looped with L loops is competitive with L layers", "≈ 1", f"looped/multilayer {fmt(ratio.min(), 3)}–{fmt(ratio.max(), 3)}",
-                        "report", None))
+    checks.append(paper_claim("Fig. 1(b): looped with L loops is competitive with L layers (every κ, L)", "≈ 1",
+                              f"looped/multilayer {fmt(ratio.min(), 3)}–{fmt(ratio.max(), 3)}", "within a factor 2",
+                              bool(np.all((ratio >= 0.5) & (ratio <= 2.0))), trained_as_paper(cfg),
+                              f"{cfg.steps} Adam steps (--full: {SIZES['full'].steps})"))
     curve = ds.curve.mean("seed").values
     change = np.abs(curve[..., -1] / curve[..., -2] - 1)
     checks.append(Check("Gaussian X training has converged: change of the windowed training loss over the last two windows",
-                        "small", f"median {np.median(change):.2%}, max {change.max():.2%}", "report", None))
+                        "small", f"median {np.median(change):.2%}, max {change.max():.2%}", "—", None))
     return checks
 
 
-def _fig2_checks(ds: xr.Dataset) -> list[Check]:
+def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     m = ds.test_loss.mean("seed")
     grow = (m.isel(w=-1) / m.isel(w=0))
     g_m, g_l = grow.sel(looped=0).values, grow.sel(looped=1).values
-    return [Check("Fig. 2: out-of-distribution degradation loss(w = max)/loss(w = 0), looped vs multilayer, per k",
-                  "looped ≤ multilayer (Thms 6-7)", f"multilayer {fmt(g_m, 3)}, looped {fmt(g_l, 3)} for k = {[int(k) for k in ds.k.values]}",
-                  "report", None)]
+    return [paper_claim("Fig. 2: out-of-distribution degradation loss(w = max)/loss(w = 0), looped vs multilayer, per k",
+                        "looped ≤ multilayer (Thms 6-7)", f"multilayer {fmt(g_m, 3)}, looped {fmt(g_l, 3)} for k = "
+                        f"{[int(k) for k in ds.k.values]} (mean over {ds.seed.size} seeds)", "every k",
+                        bool(np.all(g_l <= g_m)), trained_as_paper(cfg),
+                        f"{cfg.steps} Adam steps (--full: {SIZES['full'].steps})")]
 
 
 def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8):

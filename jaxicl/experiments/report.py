@@ -11,11 +11,23 @@ from .._io import atomic_output
 from ..profiling import Stage, StageTimer, total
 
 
+VERDICTS = ("pass", "FAIL", "not reproduced", "reported")
+
+
 @dataclasses.dataclass
 class Check:
-    """One claim of a paper compared with simulation.
+    """One row of a reproduction's table: a claim of a paper compared with simulation, or a measurement.
 
-    ``passed`` is ``None`` for claims the paper leaves open (reported, not asserted).
+    Its :attr:`verdict` is one of :data:`VERDICTS`:
+
+    - ``passed`` True: **pass**; False and ``asserted``: **FAIL** (the reproduction fails);
+    - ``passed`` False and not ``asserted``: **not reproduced**: a claim of the paper that this run contradicts,
+      where it is not asserted (``reason`` says why: the size, the training steps, a partial run);
+    - ``passed`` None: **reported**: a measurement the paper makes no claim about. A paper's claim is never
+      reported: it is asserted, or it is not reproduced where it fails.
+
+    ``seeds``: for a claim asserted from a stochastic run, over how many seeds it is asserted (the slow tests run
+    them); shown in the tolerance column.
     """
 
     claim: str
@@ -23,10 +35,112 @@ class Check:
     simulated: str
     tolerance: str
     passed: bool | None
+    asserted: bool = True
+    reason: str = ""
+    seeds: int | None = None
+
+    def __post_init__(self):
+        if self.passed is not None:
+            self.passed = bool(self.passed)
+        if self.passed is None:
+            self.asserted = False
+        elif not self.asserted and not self.reason:
+            raise ValueError(f"the claim {self.claim!r} is not asserted: give the reason (size, steps, seeds).")
+
+    @property
+    def verdict(self) -> str:
+        if self.passed is None:
+            return "reported"
+        if self.passed:
+            return "pass"
+        return "FAIL" if self.asserted else "not reproduced"
 
     @property
     def status(self) -> str:
-        return {True: "pass", False: "**FAIL**", None: "report"}[self.passed]
+        """The result cell of the report's table."""
+        v = self.verdict
+        if v == "FAIL":
+            return "**FAIL**"
+        if v == "not reproduced":
+            return f"not reproduced: {self.reason}"
+        if v == "pass" and not self.asserted:
+            return f"pass (not asserted: {self.reason})"
+        return v
+
+    @property
+    def tolerance_cell(self) -> str:
+        return self.tolerance + ("" if self.seeds is None else f"; asserted over {self.seeds} seeds")
+
+
+def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, holds: bool, assert_if: bool = True,
+          reason: str = "", seeds: int | None = None) -> Check:
+    """A claim of a paper: asserted where ``assert_if`` (e.g. at ``--full``, where the run is the paper's size),
+    elsewhere "not reproduced" when it fails, for ``reason``."""
+    return Check(claim, predicted, simulated, tolerance, bool(holds), asserted=bool(assert_if),
+                 reason="" if assert_if else reason, seeds=seeds)
+
+
+def count_verdicts(checks) -> dict[str, int]:
+    """How many checks have each verdict (every one of :data:`VERDICTS`, zeros included)."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for c in checks:
+        counts[c.verdict] += 1
+    return counts
+
+
+def headline(checks) -> str:
+    """"97 pass, 0 fail, 4 not reproduced, 18 reported": the report's and the CLI's summary of ``checks``."""
+    n = count_verdicts(checks)
+    return f"{n['pass']} pass, {n['FAIL']} fail, {n['not reproduced']} not reproduced, {n['reported']} reported"
+
+
+def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
+    """Probability that a Monte-Carlo comparison ``|sim − pred| ≤ n_se·se`` FAILs when the simulation is off by a
+    relative ``error`` (``sim`` ~ N((1 + error)·pred, se²)): Φ(e − n_se) + Φ(−e − n_se), e = error·|pred|/se."""
+    from math import erf, sqrt
+
+    e = error * np.abs(np.asarray(pred, float)) / np.asarray(se, float)
+    phi = np.vectorize(lambda x: 0.5 * (1 + erf(x / sqrt(2))))
+    return phi(e - n_se) + phi(-e - n_se)
+
+
+def powered_mean_and_se(draw, key, pred, n_se: float = 3.0, power: float = 0.95, error: float = 0.05,
+                        max_blocks: int = 64) -> tuple[float, float]:
+    """Mean and standard error of per-sample values ``draw(key)`` (a 1-D array of a fixed size: one block), drawn
+    block after block until a comparison with ``pred`` at ``n_se`` standard errors would fail a relative ``error``
+    with probability ``power`` (:func:`mc_power`): the first block (``key`` itself) estimates the spread, and
+    ⌈(se / se_needed)²⌉ blocks in all (keys ``fold_in(key, i)``, at most ``max_blocks``) reach the needed se. Every
+    block has the same shape, so one compiled program draws them all."""
+    import jax
+    from statistics import NormalDist
+
+    blocks = [np.asarray(draw(key), float)]
+    se_needed = error * abs(float(pred)) / (n_se + NormalDist().inv_cdf(power))
+    se = blocks[0].std(ddof=1) / np.sqrt(blocks[0].size)
+    for i in range(1, min(max_blocks, int(np.ceil((se / se_needed) ** 2)))):
+        blocks.append(np.asarray(draw(jax.random.fold_in(key, i)), float))
+    x = np.concatenate(blocks)
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
+
+
+def mc_check(claim: str, pred, sim, se, n_se: float = 3.0, min_power: float = 0.9, error: float = 0.05,
+             predicted: str | None = None, simulated: str | None = None, max_excursions: int = 0) -> Check:
+    """A Monte-Carlo estimate ``sim ± se`` (scalars or arrays) against an exact ``pred``, at ``n_se`` standard errors
+    (up to ``max_excursions`` points beyond them, for many points). It passes only if the comparison has the power
+    to see a relative ``error`` of 5 %: at least ``min_power`` probability of failing, at every point, had the
+    simulation been off by that much (:func:`mc_power`). The tolerance column states that power."""
+    pred, sim, se = (np.asarray(a, float) for a in (pred, sim, se))
+    z = np.abs(sim - pred) / se
+    power = float(np.min(mc_power(pred, se, n_se, error)))
+    excursions = int(np.sum(z > n_se))
+    ok = excursions <= max_excursions and power >= min_power
+    tol = (f"{n_se:g} s.e.{'' if pred.ndim == 0 else ' per point'}"
+           + (f" (≤ {max_excursions} excursion{'s' * (max_excursions > 1)})" if max_excursions else "")
+           + f"; fails a {error:.0%} error with probability ≥ {power:.3f} (required {min_power:g})")
+    if simulated is None:
+        simulated = (f"{float(sim):.6g} ± {float(se):.2g}" if sim.ndim == 0 else
+                     f"max |z| = {z.max():.2f}, {excursions} points beyond {n_se:g} s.e.")
+    return Check(claim, fmt(pred, 6) if predicted is None else predicted, simulated, tol, ok)
 
 
 @dataclasses.dataclass
@@ -48,7 +162,8 @@ class PaperResult:
 
     @property
     def ok(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
+        """No asserted check failed."""
+        return all(c.verdict != "FAIL" for c in self.checks)
 
 
 @dataclasses.dataclass
@@ -99,14 +214,15 @@ def lap_timer(progress: bool) -> StageTimer:
 
 def render_markdown(results: list[PaperResult]) -> str:
     lines = ["# jaxicl reproduction report", ""]
-    total = sum(len(r.checks) for r in results)
-    failed = sum(c.passed is False for r in results for c in r.checks)
-    lines += [f"{total} checks, {failed} failed.", ""]
+    lines += [headline([c for r in results for c in r.checks]) + ".", "",
+              "Verdicts: pass or FAIL: a claim of the paper, asserted; not reproduced: a claim this run contradicts "
+              "where it is not asserted (the reason is given: the size, the training steps, an unfinished run); reported: a "
+              "measurement the paper makes no claim about.", ""]
     for r in results:
-        lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s.", ""]
+        lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s; {headline(r.checks)}.", ""]
         lines += ["| claim | predicted | simulated | tolerance | result |", "|---|---|---|---|---|"]
         for c in r.checks:
-            cells = [c.claim, c.predicted, c.simulated, c.tolerance, c.status]
+            cells = [c.claim, c.predicted, c.simulated, c.tolerance_cell, c.status]
             lines.append("| " + " | ".join(s.replace("|", "\\|") for s in cells) + " |")
         lines.append("")
         for note in r.notes:
@@ -115,7 +231,7 @@ def render_markdown(results: list[PaperResult]) -> str:
             lines += [f"![{Path(fig).stem}]({fig})", ""]
             if fig in r.partial:
                 lines += [f"*Drawn from a partial run ({r.partial[fig]}): run the same command again to resume "
-                          "training; its checks are reported, not asserted, until it completes.*", ""]
+                          "training; its claims are not asserted until it completes.*", ""]
         if r.stages:
             lines += timing_table(r.stages)
         if r.data:

@@ -32,7 +32,7 @@ from ..models import MultiHeadSoftmaxICL
 from ..sweep import sweep
 from ..theory import yang as Y
 from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
-from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
+from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, save_dataset, save_paper_figure
 
 NAME = "yang2024"
 TITLE = "In-context learning with representations: contextual generalization of trained transformers (Yang et al.)"
@@ -43,7 +43,7 @@ class TransformerConfig:
     """Figs. 2(b) and 5 (§4): a ``n_layers``-layer transformer (GPT-2 blocks: pre-LN, causal softmax attention,
     GELU MLP of width ``d_ff``) reads the prompt as tokens (v_k, y_k) / (v_k, 0) and predicts all K labels;
     Adam on fresh batches of prompts (an unbiased estimate of the population loss (9)). Fig. 2(b) is the
-    ``heads`` run; Fig. 5 compares every H of ``fig5_heads`` at the same wall-clock time."""
+    ``heads`` run; Fig. 5 compares every H of ``fig5_heads`` at the same compute budget (:func:`step_flops`)."""
 
     d: int = 16
     K: int = 40
@@ -79,6 +79,7 @@ class Config:
     steps: int = 600
     record_every: int = 5
     test_prompts: int = 200  # the paper's test sets
+    mc_prompts: int = 8192  # fresh prompts per law for the exact-vs-Monte-Carlo check of the final inference losses
     eps: float = 0.05  # Thm 2's ε at the paper's size after ``steps`` iterations
     # Fig. 3: the gap against N, m = 100, τ = 0.01
     fig3_m: int = 100
@@ -144,16 +145,21 @@ def check_prop1(cfg: Config, key) -> list[Check]:
     zeta_of = lambda h: jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, h, cfg.th_d, cfg.th_K, cfg.beta), task)))(keys)  # noqa: E731
     z = {h: np.asarray(zeta_of(h)) / scale for h in (cfg.th_N - 1, cfg.th_N, 2 * cfg.th_N)}
     big = paper_task(cfg, jax.random.fold_in(key, 2))
-    z_paper = np.asarray(jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, cfg.heads, cfg.d, cfg.K, cfg.beta), big)))(keys[:4]))
+    big_scale = float(jnp.linalg.norm(Y.z_bar(big), 2)) ** 2
+    z_paper = np.asarray(jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, cfg.heads, cfg.d, cfg.K, cfg.beta), big)))(keys[:4])) / big_scale
+    # ζ0 is the smallest eigenvalue of B_kB_kᵀ: float64 round-off puts a rank-deficient one at |ζ0|/‖Z̄‖² ~ 1e-16
+    # (the H = N − 1 row), so full rank is told from round-off by ζ0/‖Z̄‖² > 1e-12, four orders of magnitude above it
+    full_rank = 1e-12
+    z_full = min(z[cfg.th_N].min(), z[2 * cfg.th_N].min())
     checks = [
         Check(f"Prop. 1: B_k^(0) has full row rank for every k when H ≥ N ({cfg.th_seeds} inits, N = {cfg.th_N})",
-              "ζ0 > 0", f"min ζ0/‖Z̄‖² = {fmt(min(z[cfg.th_N].min(), z[2 * cfg.th_N].min()), 3)} (H = N, 2N)", "> 1e-9",
-              bool(min(z[cfg.th_N].min(), z[2 * cfg.th_N].min()) > 1e-9)),
-        Check("Prop. 1 at the paper's size (H = 64 ≥ N = 30, 4 inits)", "ζ0 > 0", f"min ζ0 = {fmt(z_paper.min(), 3)}",
-              "> 0", bool(z_paper.min() > 0)),
+              "ζ0 > 0", f"min ζ0/‖Z̄‖² = {fmt(z_full, 3)} (H = N, 2N)", f"> {full_rank:g} (round-off: ~1e-16)",
+              bool(z_full > full_rank)),
+        Check(f"Prop. 1 at the paper's size (H = {cfg.heads} ≥ N = {cfg.N}, 4 inits)", "ζ0 > 0",
+              f"min ζ0/‖Z̄‖² = {fmt(z_paper.min(), 3)}", f"> {full_rank:g} (round-off: ~1e-16)", bool(z_paper.min() > full_rank)),
         Check("H < N heads cannot give full row rank (rank B_k ≤ H)", "ζ0 = 0",
-              f"max ζ0/‖Z̄‖² = {fmt(np.abs(z[cfg.th_N - 1]).max(), 2)} (H = N − 1)", "< 1e-12",
-              bool(np.abs(z[cfg.th_N - 1]).max() < 1e-12)),
+              f"max ζ0/‖Z̄‖² = {fmt(np.abs(z[cfg.th_N - 1]).max(), 2)} (H = N − 1)", "< 1e-14",
+              bool(np.abs(z[cfg.th_N - 1]).max() < 1e-14)),
     ]
     return checks
 
@@ -185,7 +191,10 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
     A_hat = final.prediction_matrix(task.tokens, task.n_context)
     delta = float(excess(final))
     lam_min = float(jnp.linalg.eigvalsh(Y.loss_gram(task))[0])
-    col_err = float(jnp.max(jnp.linalg.norm(A_hat - A, axis=0)))
+    err = float(jnp.linalg.norm(A_hat - A))
+    # Lemma 5 turns the excess loss the row above requires, Δ(T) ≤ 1e-8·Δ(0), into ‖Â − A‖_F ≤ √(2K·1e-8·Δ(0)/λ_min):
+    # a tolerance fixed before training (an untrained model sits at up to 1e4 times it), not read off the run's own Δ
+    err_tol = float(np.sqrt(2 * task.K * 1e-8 * curve[0] / lam_min))
     inf, ok_bound = {}, True
     for label, law in (("in-domain", task), ("out-of-domain", task.with_coefficients(1.0, 2.0))):
         prompts = law.sample(jax.random.fold_in(key, 3), cfg.test_prompts)
@@ -206,9 +215,9 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
         Check(f"Thm 1: linear convergence at practical steps (η_Q = {eta_Q:g}, η_w = 1/λ_max = {eta_w:.3g})",
               "slope of log Δ(t) < 0", f"slope {slope:.3g}/step, Δ: {curve[0]:.3g} → {delta:.2g}", "< 0; Δ(T) < 1e-8 Δ(0)",
               bool(slope < 0 and delta < 1e-8 * curve[0])),
-        Check("Thm 2 / Lemma 5: Σ_h w_{h,k} softmax(VᵀQ_h v_k) → column k of A (34)",
-              f"‖Â − A‖_F ≤ √(2KΔ/λ_min(Z̄²)) = {np.sqrt(2 * task.K * delta / lam_min):.2g}",
-              f"max_k ‖â_k − A_:k‖ = {col_err:.2g}", "bound", bool(col_err <= np.sqrt(2 * task.K * delta / lam_min) * (1 + 1e-8))),
+        Check("Thm 2 / Lemma 5: Σ_h w_{h,k} softmax(VᵀQ_h v_k) → column k of A (34)", "‖Â − A‖_F → 0",
+              f"‖Â − A‖_F = {err:.2g} (‖A‖_F = {float(jnp.linalg.norm(A)):.3g})",
+              f"≤ √(2K·1e-8·Δ(0)/λ_min(Z̄²)) = {err_tol:.2g} (Lemma 5 at Δ(T) = 1e-8·Δ(0))", bool(err <= err_tol)),
     ]
     for label, (worst, expected) in inf.items():
         checks.append(Check(f"Thm 2 (22): (1/2K)‖ŷ − ŷ⋆‖² ≤ ε after training, {label} λ ({cfg.test_prompts} prompts)",
@@ -254,12 +263,20 @@ def fig2a(cfg: Config, task64, key) -> xr.Dataset:
             check_finite=False))(model0)  # checked on the host: a program without host callbacks is cacheable
         dynamics.check_finite_curve(loss, "the Fig. 2 training loss", every=cfg.record_every)
         A_hat = final.prediction_matrix(task.tokens, task.n_context)
+        A_init = model0.prediction_matrix(task.tokens, task.n_context)
+        mc = {}  # the final inference losses on fresh prompts, enough of them to see a 5 % error (the check's power)
+        for i, (k, law) in enumerate((("in_domain", task), ("ood", ood))):
+            p = law.sample(jax.random.fold_in(key, 10 + i), cfg.mc_prompts)
+            per = np.asarray(jnp.sum((p.y @ A_hat - p.y @ A) ** 2, axis=1) / (2 * task.K), float)
+            mc[f"mc_{k}"], mc[f"mc_{k}_se"] = float(per.mean()), float(per.std(ddof=1) / np.sqrt(per.size))
     col_err = np.linalg.norm(np.asarray(A_hat, float) - np.asarray(A64), axis=0)
     ds = xr.Dataset({"loss": ("iteration", np.asarray(loss, float))} | {k: ("iteration", np.asarray(v, float)) for k, v in aux.items()},
                     coords={"iteration": np.arange(cfg.steps // cfg.record_every) * cfg.record_every})
     ds["column_error"] = ("k", col_err)
     ds.attrs.update(L_star=L_star, lam_min=float(jnp.linalg.eigvalsh(Y.loss_gram(task64))[0]),
-                    final_excess=float(Y.excess_loss(jnp.asarray(A_hat, jnp.float64), task64)))
+                    final_excess=float(Y.excess_loss(jnp.asarray(A_hat, jnp.float64), task64)),
+                    A_norm=float(np.linalg.norm(np.asarray(A64))),
+                    init_error=float(np.linalg.norm(np.asarray(A_init, float) - np.asarray(A64))), mc_prompts=cfg.mc_prompts, **mc)
     return ds
 
 
@@ -267,21 +284,27 @@ def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     last = ds.isel(iteration=-1)
     delta = ds.attrs["final_excess"]
     slope = Y.fitted_log_slope(ds.excess.values[len(ds.iteration) // 2:], cfg.record_every)
+    drop = float(ds.excess[-1] / ds.excess[0])
     out = [Check(f"Fig. 2(a): training loss converges linearly to L⋆ = {ds.attrs['L_star']:.4g} (H = {cfg.heads}, {cfg.steps} GD steps)",
-                 "slope of log Δ < 0", f"slope {slope:.3g}/step; L: {float(ds.loss[0]):.3g} → {float(last.loss):.4g}", "< 0", bool(slope < 0))]
+                 "slope of log Δ < 0", f"slope {slope:.3g}/step; L: {float(ds.loss[0]):.3g} → {float(last.loss):.4g} "
+                 f"(Δ(T)/Δ(0) = {drop:.2g})", "slope < 0 and Δ(T) ≤ 1e-2 Δ(0)", bool(slope < 0 and drop <= 1e-2))]
     for k, label in (("in_domain", "in-domain"), ("ood", "out-of-domain")):
-        mc, se, exact = float(last[f"test_{k}"]), float(last[f"test_{k}_se"]), float(last[f"inference_{k}"])
-        out.append(Check(f"Fig. 2(a): {label} test-set inference loss (1/2K)‖ŷ − ŷ⋆‖² = its exact expectation",
-                         f"{exact:.4g}", f"{mc:.4g} ± {se:.2g} ({cfg.test_prompts} prompts)", "4 s.e.", bool(abs(mc - exact) <= 4 * se)))
+        mc, se, exact = ds.attrs[f"mc_{k}"], ds.attrs[f"mc_{k}_se"], float(last[f"inference_{k}"])
+        out.append(mc_check(f"Fig. 2(a): {label} inference loss (1/2K)‖ŷ − ŷ⋆‖² on {ds.attrs['mc_prompts']} fresh "
+                            "prompts = its exact expectation", exact, mc, se))
         out.append(Check(f"Thm 2 at the paper's size: {label} inference loss below ε after {cfg.steps} steps", f"≤ {cfg.eps:g}",
                          f"{exact:.3g}", "ε", bool(exact <= cfg.eps)))
-    bound = np.sqrt(2 * cfg.K * delta / ds.attrs["lam_min"])
-    err = float(np.sqrt(np.sum(ds.column_error.values**2)))
-    out.append(Check("Fig. 2(a): the trained attention approaches A (34): ‖Â − A‖_F within Lemma 5's bound",
-                     f"≤ √(2KΔ/λ_min(Z̄²)) = {bound:.3g}", f"{err:.3g} (max column {float(ds.column_error.max()):.3g})", "bound",
-                     bool(err <= bound * 1.0001)))
+    # Lemma 5 at the target Δ = ε (the in-domain inference loss is Δ, eq. 22): ‖Â − A‖_F ≤ √(2Kε/λ_min(Z̄²)), a
+    # tolerance fixed by the config before training (the untrained Â = 0 is at relative error 1), not by the run's own Δ
+    rel = float(np.sqrt(np.sum(ds.column_error.values**2))) / ds.attrs["A_norm"]
+    rel_tol = float(np.sqrt(2 * cfg.K * cfg.eps / ds.attrs["lam_min"])) / ds.attrs["A_norm"]
+    out.append(Check("Fig. 2(a): the trained attention approaches A (34): ‖Â − A‖_F / ‖A‖_F", "→ 0",
+                     f"{rel:.3g} (untrained: {ds.attrs['init_error'] / ds.attrs['A_norm']:.3g}; max column "
+                     f"{float(ds.column_error.max()):.3g}, ‖A‖_F = {ds.attrs['A_norm']:.3g})",
+                     f"≤ √(2Kε/λ_min(Z̄²))/‖A‖_F = {rel_tol:.3g} (Lemma 5 at Δ = ε = {cfg.eps:g})", bool(rel <= rel_tol)))
     out.append(Check("Fig. 2(a): out-of-domain inference loss above in-domain (as in the paper)", "ood > in-domain",
-                     f"{float(last.inference_ood):.3g} vs {float(last.inference_in_domain):.3g}", "—", None))
+                     f"{float(last.inference_ood):.3g} vs {float(last.inference_in_domain):.3g}", "strict",
+                     bool(last.inference_ood > last.inference_in_domain)))
     return out
 
 
@@ -310,18 +333,26 @@ def _fig3_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     Ns = ds.N.values
     at_m = g[:, list(Ns).index(cfg.fig3_m)] if cfg.fig3_m in Ns else np.array([np.nan])
     exact0 = ds.expected_gap.sel(seed=0, N=ds.N_mc).values
-    se = ds.mc_se.values
-    z = np.abs(ds.mc_gap.values - exact0) / np.where(se > 0, se, 1.0)  # se = 0 only at N = m, where the gap is 0
-    below, above = g[:, Ns < cfg.fig3_m], g[:, Ns > cfg.fig3_m]
-    mono = bool(np.all(np.diff(below, axis=1) < 0) and np.all(np.diff(above, axis=1) > 0))
+    se, mc = ds.mc_se.values, ds.mc_gap.values
+    off = ds.N_mc.values != cfg.fig3_m  # at N = m the gap is exactly 0, on every prompt (se = 0)
+    mean = g.mean(axis=0)  # the figure's curve: the gap averaged over feature draws
+    below, above = mean[Ns < cfg.fig3_m], mean[Ns > cfg.fig3_m]
+    mono = bool(below.size and above.size and np.all(np.diff(below) < 0) and np.all(np.diff(above) > 0))
+    per_draw = int(np.sum(np.all(np.diff(g[:, Ns < cfg.fig3_m], axis=1) < 0, axis=1)
+                          & np.all(np.diff(g[:, Ns > cfg.fig3_m], axis=1) > 0, axis=1)))
     return [
         Check(f"Fig. 3 / §3.2: the gap vanishes at N = m = {cfg.fig3_m} and is smallest there ({cfg.fig3_seeds} feature draws)",
               "0 at N = m; argmin = m", f"max gap at N = m: {np.abs(at_m).max():.2g}; argmin N {sorted(set(Ns[np.argmin(g, axis=1)].tolist()))}",
               "1e-10 · max gap", bool(np.abs(at_m).max() <= 1e-10 * g.max() and np.all(Ns[np.argmin(g, axis=1)] == cfg.fig3_m))),
-        Check("Fig. 3: closed-form expected gap = Monte Carlo", fmt(exact0, 3), fmt(ds.mc_gap.values, 3) + f" ({cfg.fig3_mc} prompts)",
-              "4 s.e.", bool(np.all(z <= 4) and np.all(np.abs(ds.mc_gap.values[se == 0]) < 1e-12))),
-        Check("Fig. 3: the closer N is to m, the smaller the gap (decreasing below m, increasing above)", "monotone on each side",
-              "yes" if mono else "no", "every draw", None),
+        mc_check(f"Fig. 3: closed-form expected gap = Monte Carlo ({cfg.fig3_mc} prompts, N ≠ m)", exact0[off], mc[off],
+                 se[off], predicted=fmt(exact0[off], 3), simulated=fmt(mc[off], 3)),
+        Check("Fig. 3: at N = m the Monte-Carlo gap is 0 on every prompt", "0", fmt(mc[~off], 3), "abs 1e-12",
+              bool(np.all(np.abs(mc[~off]) < 1e-12))),
+        paper_claim(f"Fig. 3: the closer N is to m, the smaller the gap (mean over {g.shape[0]} draws: decreasing "
+                    "below m, increasing above)", "monotone on each side", f"{'yes' if mono else 'no'} (each draw alone: "
+                    f"{per_draw} of {g.shape[0]}; the mean gap: {fmt(mean, 2)} for N = {fmt(Ns, 3)})", "strict", mono,
+                    assert_if=False, reason="the gap here is the exact expectation (20) of this model, with no training "
+                    "or sampling to blame: it is smallest at N = m and grows next to it, but falls again far from m"),
     ]
 
 
@@ -393,8 +424,11 @@ def _fig4_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
               "same set", bool(np.array_equal(predicted, diverged))),
         Check(f"Fig. 4: every stable H ≥ N = {cfg.N} converges (Prop. 1 + Thm 1)", f"Δ(T)/Δ(0) < {cfg.fig4_converged:g}",
               f"H = {H[ok].tolist()}: {fmt(ratio[ok], 2)}", f"after {cfg.fig4_steps} steps", bool(np.all(ratio[ok] < cfg.fig4_converged))),
-        Check(f"Fig. 4: H < N = {cfg.N} (outside Prop. 1): the paper sees the loss stall", "stall (paper)",
-              f"H = {H[few].tolist()}: Δ(T)/Δ(0) = {fmt(ratio[few], 2)}", "—", None),
+        paper_claim(f"Fig. 4: H < N = {cfg.N} (outside Prop. 1): the paper sees the loss stall", "stall (paper)",
+                    f"H = {H[few].tolist()}: Δ(T)/Δ(0) = {fmt(ratio[few], 2)}", f"Δ(T)/Δ(0) ≥ {cfg.fig4_converged:g}",
+                    bool(np.all(ratio[few] >= cfg.fig4_converged)), assert_if=False,
+                    reason="an observation of the paper's runs that none of its theorems implies (Prop. 1 needs H ≥ N); "
+                    "here GD on the exact loss (9) from the paper's init"),
     ]
 
 
@@ -403,17 +437,38 @@ def transformer_task(tc: TransformerConfig, key) -> tasks.TemplateRegression:
     return tasks.TemplateRegression.random(key, d=tc.d, K=tc.K, n_context=tc.N, m=tc.m, tau=tc.tau)
 
 
+def step_flops(tc: TransformerConfig, heads: int) -> float:
+    """Floating-point operations of one training step of Figs. 2(b)/5's transformer with ``heads`` heads, from its
+    shape: a prompt is T = K tokens (``tasks.template_encoding``) of width d + 1; per token and layer, the QKV and
+    output projections 8D², the MLP 4D·d_ff, the attention logits and their weighted values 4TD (all heads
+    together), the softmax 5HT (scale, mask, max, exp, normalise: the only term that grows with H), two LayerNorms
+    16D and the GELU 8·d_ff; the read-in and read-out 2D(d + 2); a training step is three forward passes
+    (forward, then backward at twice its cost), over ``tc.batch`` prompts. Fig. 5's fixed budget is counted in
+    these, so that every machine trains and reads each H at the same steps (the paper fixed 100 s of its GPU)."""
+    D, T, F, L = tc.d_model, tc.K, tc.d_ff, tc.n_layers
+    per_token = L * (8 * D**2 + 4 * D * F + 4 * T * D + 5 * heads * T + 16 * D + 8 * F) + 2 * D * (tc.d + 2)
+    return 3.0 * tc.batch * T * per_token
+
+
+def budget_steps(tc: TransformerConfig, heads) -> dict:
+    """Fig. 5's fixed compute budget, ``tc.steps`` steps of the cheapest H (:func:`step_flops`): the steps each H
+    of ``heads`` completes in it."""
+    budget = tc.steps * min(step_flops(tc, h) for h in heads)
+    return {int(h): int(budget // step_flops(tc, h)) for h in heads}
+
+
 def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: bool = False,
                        budget: TimeBudget | None = None) -> xr.Dataset:
     """One run per H in ``tc.fig5_heads`` (and ``tc.heads``): the training loss ½·mean_k(ŷ_k − y_k)² of every step,
     the inference losses (1/2K)‖ŷ − ŷ⋆‖² on the in-domain and out-of-domain test sets every chunk, and the
     seconds per step of its training (compilation excluded; stored in the checkpoint, so a resumed run has it too).
 
-    Fig. 2(b)'s H and the first H (the fewest heads, the fastest) train all ``tc.steps``; every other H trains only
-    the steps Fig. 5 reads, those it completes in the fixed wall-clock time (``train(..., time_limit=)``, to the end
-    of that chunk): the paper trains each H for the same time, not the same steps. Steps it did not train are NaN
-    in ``loss``; ``steps_trained`` says how many it did."""
+    Fig. 2(b)'s H trains all ``tc.steps``; every other H trains the steps Fig. 5 reads, those it completes in the
+    fixed compute budget (:func:`budget_steps`): the paper trains each H for the same time, not the same steps, and
+    a budget in operations makes that the same on every machine. Steps it did not train are NaN in ``loss``;
+    ``steps_trained`` says how many it did."""
     heads = sorted(set(tc.fig5_heads) | {tc.heads})
+    n_steps = budget_steps(tc, heads) | {tc.heads: tc.steps}
     with jax.enable_x64(True):
         task64 = transformer_task(tc, jax.random.fold_in(key, 0))
         A64, L_star = Y.optimal_prediction_matrix(task64), float(Y.loss_infimum(task64))
@@ -431,22 +486,17 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
         return 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))
 
     curves, evals, seconds, runs = [], [], [], []
-    fixed_time = np.inf  # Fig. 5's wall-clock time: tc.steps × the fastest step time measured so far
     plan(budget, len(heads))
     for i, H in enumerate(heads):
         model = models.StandardTransformer(jax.random.fold_in(key, 10 + i), tc.d + 1, 1, n_layers=tc.n_layers,
                                            d_model=tc.d_model, n_heads=H, d_ff=tc.d_ff, max_len=tc.K)
         if progress:
             print(f"  training the {tc.n_layers}-layer transformer, H = {H}", flush=True)
-        # Fig. 2(b)'s H and the first (fewest heads, fastest) train every step; Fig. 5 reads every other H at the
-        # steps it completes in the fixed time, so it trains no further (a chunk at most)
-        limit = None if H == tc.heads or not np.isfinite(fixed_time) else fixed_time
-        res = train(loss, model, tc.steps, jax.random.fold_in(key, 100 + i), optimizer=optax.adam(tc.lr),
+        res = train(loss, model, n_steps[H], jax.random.fold_in(key, 100 + i), optimizer=optax.adam(tc.lr),
                     chunk_size=tc.chunk, checkpoint=ckpt_dir / f"transformer_H{H}.ckpt", eval_fn=lambda m: inference_losses(m, tests),
                     eval_every=tc.chunk, progress=progress, label=f"H={H}", deadline=next_deadline(budget),
-                    time_limit=limit, compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
+                    compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
                     config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}})
-        fixed_time = min(fixed_time, tc.steps / res.steps_per_second)
         runs.append(res)
         seconds.append(1 / res.steps_per_second)
     # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
@@ -467,17 +517,23 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
 
 
 def at_budget(ds: xr.Dataset, tc: TransformerConfig):
-    """Fig. 5's fixed wall-clock time: the time the fastest H needs for all ``tc.steps`` steps. For each H: the
-    steps it completes in that time, its training loss there (mean of the last ``tc.smooth`` steps) and its
-    inference losses at the last evaluation before it."""
-    sec = ds.step_seconds.values
-    trained = np.asarray(ds.attrs.get("steps_trained", [tc.steps] * len(sec)))
-    budget = tc.steps * float(np.nanmin(sec))
-    n = np.minimum(trained, np.floor(np.nan_to_num(budget / sec, nan=0.0)).astype(int))
+    """Fig. 5's fixed compute budget (:func:`budget_steps`, in floating-point operations). For each H: the steps it
+    completes in it, its training loss there (mean of the last ``tc.smooth`` steps) and its inference losses at the
+    last evaluation before it. Returns (budget in operations, steps, losses, inference losses)."""
+    H = ds.heads.values
+    trained = np.asarray(ds.attrs.get("steps_trained", [tc.steps] * len(H)))
+    steps = budget_steps(tc, H)
+    n = np.minimum(trained, [steps[int(h)] for h in H])
     loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0):k].mean() if k else np.nan for i, k in enumerate(n)])
     ev = np.array([np.searchsorted(ds.eval_step.values, k, side="right") - 1 for k in n])
     inf = ds.inference.values[np.arange(len(n)), ev]
-    return budget, n, loss, inf
+    return tc.steps * min(step_flops(tc, h) for h in H), n, loss, inf
+
+
+def trained_as_paper(tc: TransformerConfig) -> bool:
+    """Whether Figs. 2(b)/5's transformers train as long as ``--full``: only then is the paper's observation on
+    the best H asserted; a shorter run shows it "not reproduced" where it fails."""
+    return tc.steps >= SIZES["full"].transformer.steps
 
 
 def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
@@ -499,19 +555,26 @@ def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
               "decreases", f"{inf0[1]:.3g} → {inf1[1]:.3g} (÷ {inf0[1] / inf1[1]:.3g})", "last < first",
               bool(inf1[1] < inf0[1])),
         Check("Fig. 2(b): out-of-domain inference loss above in-domain (as in the paper)", "ood > in-domain",
-              f"{inf1[1]:.3g} vs {inf1[0]:.3g}", "—", None),
+              f"{inf1[1]:.3g} vs {inf1[0]:.3g}", "strict", bool(inf1[1] > inf1[0])),
     ]
     budget, n, loss, inf = at_budget(ds, tc)
     H = ds.heads.values
     excess = (loss - L_star) / (first - L_star)
-    out.append(Check(f"Fig. 5: at a fixed wall-clock time ({budget:.3g} s) every H, including H = 1 < N = {tc.N}, "
-                     "brings the training loss near L⋆ (deep transformers need no H ≥ N)",
-                     "excess < 0.1 of the initial", ", ".join(f"H={h}: {e:.2g}" for h, e in zip(H, excess)), "0.1",
-                     bool(np.all(excess < 0.1))))
-    out.append(Check("Fig. 5: the best H at fixed wall-clock time is small (paper: H = 4 of 1…64)", "small H",
-                     f"argmin H = {int(H[np.argmin(loss)])}; steps done {dict(zip(H.tolist(), n.tolist()))}; "
-                     f"ms/step {dict(zip(H.tolist(), np.round(1e3 * ds.step_seconds.values, 2).tolist()))}",
-                     "reported", None))
+    out.append(Check(f"Fig. 5: at a fixed compute budget ({budget:.3g} floating-point operations: {tc.steps} steps of "
+                     f"H = {int(H[0])}) every H, including H = 1 < N = {tc.N}, brings the training loss near L⋆ (deep "
+                     "transformers need no H ≥ N)", "excess < 0.1 of the initial",
+                     ", ".join(f"H={h}: {e:.2g}" for h, e in zip(H, excess)), "0.1", bool(np.all(excess < 0.1))))
+    best = int(H[np.argmin(loss)])
+    out.append(paper_claim(f"Fig. 5: the best H at a fixed budget is small (paper: H = 4 of 1…64; here of {H.tolist()})",
+                           f"argmin H ≤ the median H ({int(np.median(H))})",
+                           f"argmin H = {best}; steps in the budget {dict(zip(H.tolist(), n.tolist()))}",
+                           "argmin ≤ median", best <= np.median(H), trained_as_paper(tc),
+                           f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})"))
+    sec = ds.step_seconds.values
+    out.append(Check("Fig. 5 on this machine's clock: measured time per step, and the steps each H would complete in "
+                     "the time the fastest H needs for its budget", "—",
+                     f"ms/step {dict(zip(H.tolist(), np.round(1e3 * sec, 2).tolist()))}; steps "
+                     f"{dict(zip(H.tolist(), (tc.steps * np.nanmin(sec) // sec).astype(int).tolist()))}", "—", None))
     return out
 
 
@@ -540,13 +603,14 @@ def _transformer_figure(out, ds: xr.Dataset, tc: TransformerConfig) -> str:
     for j, t in enumerate(ds.test_set.values):
         ax[1].semilogx(H, inf[:, j], "s-", label=f"inference loss ({t})")
     ax[1].axhline(ds.attrs["L_star"], color="gray", ls="--", label="L⋆")
-    ax[1].set(yscale="log", xlabel="heads H", ylabel="loss at the budget", title=f"Fig. 5(a): losses at {budget:.3g} s")
+    ax[1].set(yscale="log", xlabel="heads H", ylabel="loss at the budget",
+              title=f"Fig. 5(a): losses at {budget:.3g} operations")
     ax[1].legend(fontsize=8)
     for i, h in enumerate(H):
         steps, y = smooth(ds.loss.values[i, : n[i]])
-        ax[2].semilogy(steps * ds.step_seconds.values[i], y, label=f"H = {h}")
+        ax[2].semilogy(steps * step_flops(tc, int(h)), y, label=f"H = {h}")
     ax[2].axhline(ds.attrs["L_star"], color="gray", ls="--")
-    ax[2].set(xlabel="wall-clock seconds (measured step time × steps)", ylabel="training loss",
+    ax[2].set(xscale="log", xlabel="floating-point operations (per-step count × steps)", ylabel="training loss",
               title="Fig. 5(b): training curves within the budget")
     ax[2].legend(fontsize=8)
     if ds.attrs.get("status", "complete") != "complete":
@@ -663,8 +727,9 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             f"Figs. 2(b) and 5: {tc.n_layers}-layer transformers (pre-LN GPT-2 blocks, causal), width {tc.d_model}, MLP {tc.d_ff}, "
             f"Adam lr {tc.lr:g}, batch {tc.batch}, {tc.steps} steps on fresh prompts, on their own dictionary: N = {tc.N}, "
             f"K = {tc.K}, d = {tc.d}, m = {tc.m}, τ = {tc.tau:g} (paper: N = 30, K = 200, d = 100, m = 20, width 256, MLP 512, "
-            "batch 256, lr 1e-4, 100 s per H on its GPU). Fig. 5's fixed wall-clock time is the time the fastest H takes for "
-            "all steps, from step times measured here.")
+            "batch 256, lr 1e-4, 100 s per H on its GPU). Fig. 5's fixed budget is counted in floating-point operations "
+            "from each model's shape (the paper fixed 100 s of its GPU): every machine trains and reads each H at the same "
+            "steps; the measured step times are reported beside it.")
 
     notes.append(
         f"Loss (9) with its ½; trained by GD with two step sizes (eq. 10) on the exact loss, η_Q = {cfg.eta_Q:g}, η_w = {cfg.eta_w:g} "

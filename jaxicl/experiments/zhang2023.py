@@ -28,7 +28,7 @@ from .. import baselines, dynamics, losses, models, tasks
 from ..dynamics import Curriculum, train
 from ..theory import zhang
 from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
-from .report import Check, PaperResult, fmt, lap_timer, save_dataset, save_paper_figure
+from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, powered_mean_and_se, save_dataset, save_paper_figure
 
 NAME = "zhang2023"
 TITLE = "Trained Transformers Learn Linear Models In-Context (Zhang, Frei & Bartlett)"
@@ -60,7 +60,7 @@ class Config:
     N: int = 10
     sigma: float = 0.5
     t1: float = 2000.0
-    mc_batch: int = 100_000
+    mc_batch: int = 200_000
     Ns_thm42: tuple = (5, 20, 80)
     Ms_thm42: tuple = (5, 20, 50, 200)
     thm42_batch: int = 12_000
@@ -138,10 +138,6 @@ def squared_errors(*args, **kwargs):
 def mean_and_se(x):
     x = np.asarray(x)
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
-
-
-def _within(sim, se, pred, n_se=3.0):
-    return abs(sim - pred) <= n_se * se
 
 
 # --- Fig. 1: GPT-2 trained on fixed vs random covariance (§4.3, App. E) ------------------------------------
@@ -254,26 +250,26 @@ def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
     ratios = {k: float(v.sel(test=own[k[0]]) / ds.zero.sel(test=own[k[0]], M=k[1])) for k, v in at_N.items()}
     checks.append(Check("Fig. 1: GPT-2 learns in context — error at M = N − 1 on its training distribution below half "
                         "the zero estimator's", "< 0.5", ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in ratios.items()),
-                        "strict", all(r < 0.5 for r in ratios.values())))
+                        "strict", all(r < 0.5 for r in ratios.values()), seeds=3))
     N = max(g.Ns)
     lsa_c1 = lsa["c=1"][0]
     e = {cov: float(at_N[(cov, N)].sel(test="c=1")) for cov in FIG1_TRAIN}
     checks.append(Check(f"Fig. 1: on random covariance (c = 1) GPT-2 beats the LSA limit (4.13) at M = N − 1 = {N - 1}",
                         f"< {fmt(lsa_c1, 3)}", ", ".join(f"trained {k} {fmt(v, 3)}" for k, v in e.items()), "strict",
-                        all(v < lsa_c1 for v in e.values())))
+                        all(v < lsa_c1 for v in e.values()), seeds=3))
     for c in g.cs[1:]:
         t = f"c={c:g}"
         e = {cov: float(at_N[(cov, N)].sel(test=t)) for cov in FIG1_TRAIN}
         checks.append(Check(f"Fig. 1 ({t}): trained on random covariance beats trained on identity at M = N − 1 = {N - 1}",
-                            "random < fixed (paper)", ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()),
-                            f"reported at {g.steps} steps (paper: 500k)", None))
+                            "random < fixed (paper)", ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()), "strict",
+                            e["random"] < e["fixed"], seeds=3))
     spikes = {}
     for (cov, n), _ in at_N.items():
         curve = ds.error.sel(train_covariance=cov, N=n, test=own[cov])
         spikes[(cov, n)] = float(curve.sel(M=slice(n, 2 * n)).mean() / curve.sel(M=n - 1))
     checks.append(Check("Fig. 1: error spikes beyond the training length (mean over N ≤ M ≤ 2N ÷ error at M = N − 1)",
                         "> 1 (paper)", ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in spikes.items()),
-                        "every model", all(r > 1 for r in spikes.values())))
+                        "every model", all(r > 1 for r in spikes.values()), seeds=3))
     return checks
 
 
@@ -329,8 +325,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         m_rand = models.LinearSelfAttention.random_init(d, 0.3, next(keys))
         exact = float(losses.population_loss(m_rand, noisy))
         mc, se = (float(v) for v in losses.mc_loss(m_rand, noisy, next(keys), batch=cfg.mc_batch, return_stderr=True))
-        checks.append(Check("exact loss (all entries, noise 0.5) = Monte Carlo", fmt(exact, 6),
-                            f"{mc:.6g} ± {se:.2g}", "3 s.e.", _within(mc, se, exact)))
+        checks.append(mc_check("exact loss (all entries, noise 0.5) = Monte Carlo", exact, mc, se))
 
         lap("exact vs MC")
         # 2. on the invariant manifold: exact loss = (5.5) + ½trΛ, gradient = (5.4) -----------------
@@ -365,18 +360,21 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         mu = zhang.pl_constant(cfg.sigma, m_bal.W_kq[:d, :d] / cfg.sigma, Lam, N)
         pl_ratio = float(jnp.min(jnp.where(gap > 1e-13, sol.grad_norms**2 / (mu * gap), jnp.inf)))
         decay = float(jnp.max(jnp.where(gap > 1e-13, gap / (gap[0] * jnp.exp(-mu * sol.ts)), 0.0)))
+        # Thm 4.1 assumes σ²‖Γ‖√d < 2 of its initialisation: its claims are asserted only where the config meets it
+        thm41 = dict(assert_if=bool(holds), reason=f"σ = {cfg.sigma:g} violates Thm 4.1's σ²‖Γ‖√d < 2 ({float(lhs):.3g})")
         checks += [
-            Check("σ²‖Γ‖√d < 2 (Thm 4.1 condition)", "< 2", fmt(lhs), "—", bool(holds)),
-            Check("flow → u₋₁U₁₁ = Γ⁻¹ (4.1)", "0", f"{e_prod:.1e}", "rel 1e-6", e_prod <= 1e-6),
-            Check("flow → W^KQ_* (4.1)", "0", f"{e_kq:.1e}", "rel 1e-6", e_kq <= 1e-6),
-            Check("flow → W^PV_* (4.1)", "0", f"{e_pv:.1e}", "rel 1e-6", e_pv <= 1e-6),
+            paper_claim("flow → u₋₁U₁₁ = Γ⁻¹ (4.1)", "0", f"{e_prod:.1e}", "rel 1e-6", e_prod <= 1e-6, **thm41),
+            paper_claim("flow → W^KQ_* (4.1)", "0", f"{e_kq:.1e}", "rel 1e-6", e_kq <= 1e-6, **thm41),
+            paper_claim("flow → W^PV_* (4.1)", "0", f"{e_pv:.1e}", "rel 1e-6", e_pv <= 1e-6, **thm41),
             Check("u₋₁² − ‖U₁₁‖² conserved", "0", f"{drift:.1e}", "abs 1e-8", drift <= 1e-8),
-            Check("PL (5.8): ‖∇ℓ̃‖² ≥ μ(ℓ̃ − min) at every saved t", f"ratio ≥ 1 (μ = {float(mu):.3g})",
-                  f"min ratio {pl_ratio:.3g}", "≥ 1 − 1e-9", pl_ratio >= 1 - 1e-9),
-            Check("gap(t) ≤ gap(0) e^{−μt}", "≤ 1", f"max ratio {decay:.3g}", "≤ 1 + 1e-6", decay <= 1 + 1e-6),
-            Check("final loss = min L (Lemma 5.3)", fmt(lmin, 10), fmt(sol.losses[-1], 10), "abs 1e-10",
-                  abs(float(sol.losses[-1] - lmin)) <= 1e-10),
+            paper_claim("PL (5.8): ‖∇ℓ̃‖² ≥ μ(ℓ̃ − min) at every saved t", f"ratio ≥ 1 (μ = {float(mu):.3g})",
+                        f"min ratio {pl_ratio:.3g}", "≥ 1 − 1e-9", pl_ratio >= 1 - 1e-9, **thm41),
+            paper_claim("gap(t) ≤ gap(0) e^{−μt}", "≤ 1", f"max ratio {decay:.3g}", "≤ 1 + 1e-6", decay <= 1 + 1e-6, **thm41),
+            paper_claim("final loss = min L (Lemma 5.3)", fmt(lmin, 10), fmt(sol.losses[-1], 10), "abs 1e-10",
+                        abs(float(sol.losses[-1] - lmin)) <= 1e-10, **thm41),
         ]
+        notes.append(f"Thm 4.1's condition on the initialisation: σ²‖Γ‖√d = {float(lhs):.3g} "
+                     f"({'<' if holds else '≥'} 2: its claims {'asserted' if holds else 'not asserted'}).")
 
         # 7. non-balanced random inits (open question: reported, not asserted) -----------------------
         lap("balanced flow")
@@ -463,15 +461,13 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
                         pred[ci, ni, mi] = zhang.prediction_error(*cases[case], Lam, Ntr, M)
                     # one program per M (shared by the cases and N): padding every M to max(Ms) drew 2.9× the
                     # samples at the quick size
-                    err = squared_errors(next(keys), model_star, Lam, Lam, w_, v_, q_, s_,
-                                         M=M, batch=cfg.thm42_batch, fixed_w=fixed)
-                    sim[ci, ni, mi], sim_se[ci, ni, mi] = mean_and_se(err)
-        z = np.abs(sim - pred) / sim_se
-        n_pts = z.size
+                    draw = functools.partial(squared_errors, model=model_star, Lam=Lam, Lam_query=Lam, w=w_, v=v_,
+                                             quad=q_, noise=s_, M=M, batch=cfg.thm42_batch, fixed_w=fixed)
+                    sim[ci, ni, mi], sim_se[ci, ni, mi] = powered_mean_and_se(draw, next(keys), pred[ci, ni, mi])
+        n_pts = pred.size
         # 3 s.e. per point; with many points allow the expected 0.3 % of 3σ excursions (at most 1).
-        checks.append(Check(f"Thm 4.2 (4.6): error vs M, N, {len(cases)} distributions ({n_pts} points)",
-                            "(4.6)", f"max |z| = {z.max():.2f}, {int((z > 3).sum())} points beyond 3 s.e.",
-                            "3 s.e. per point (≤ 1 excursion)", int((z > 3).sum()) <= max(1, n_pts // 100)))
+        checks.append(mc_check(f"Thm 4.2 (4.6): error vs M, N, {len(cases)} distributions ({n_pts} points)", pred, sim,
+                               sim_se, predicted="(4.6)", max_excursions=max(1, n_pts // 100)))
         ds_thm42 = xr.Dataset(
             {"predicted": (("case", "N", "M"), pred), "simulated": (("case", "N", "M"), sim),
              "simulated_se": (("case", "N", "M"), sim_se)},
@@ -499,23 +495,22 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             slopes_se.append(resid.std(ddof=1) / np.sqrt(y.size) / den.mean())
             slopes_pred.append(float(zhang.covariate_scaling_slope(Lam, cfg.shift_N, c)))
         slopes, slopes_se, slopes_pred = map(np.asarray, (slopes, slopes_se, slopes_pred))
-        zc = np.abs(slopes - slopes_pred) / slopes_se
-        checks.append(Check("covariate scaling by c multiplies predictions by c² (§4.2)",
-                            f"c² tr(Γ⁻¹Λ²)/trΛ = {fmt(slopes_pred, 3)}", f"{fmt(slopes, 3)}",
-                            "3 s.e. each", bool(np.all(zc <= 3))))
+        checks.append(mc_check("covariate scaling by c multiplies predictions by c² (§4.2)", slopes_pred, slopes,
+                               slopes_se, predicted=f"c² tr(Γ⁻¹Λ²)/trΛ = {fmt(slopes_pred, 3)}", simulated=fmt(slopes, 3)))
         # query shift: x_q ~ N(0, 4 I) while the context keeps Λ; task shift: noisy labels, fixed w
         Lq = 4.0 * jnp.eye(d)
-        qs_sim, qs_se = mean_and_se(squared_errors(next(keys), model_big, Lam, Lq, w_fix, v_fix, 0.0, 0.0,
-                                                   M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=False))
         qs_pred = float(zhang.query_shift_error(Lam, Lq, cfg.shift_N, cfg.shift_M))
+        qs_sim, qs_se = powered_mean_and_se(functools.partial(
+            squared_errors, model=model_big, Lam=Lam, Lam_query=Lq, w=w_fix, v=v_fix, quad=0.0, noise=0.0,
+            M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=False), next(keys), qs_pred)
         zero_err = float(jnp.trace(Lq))  # error of the zero predictor, for scale
-        checks.append(Check("query shift x_q ~ N(0, 4I) tolerated (large M, N)", f"{qs_pred:.4g} (zero predictor: {zero_err:.3g})",
-                            f"{qs_sim:.4g} ± {qs_se:.1g}", "3 s.e.", _within(qs_sim, qs_se, qs_pred)))
-        ts_sim, ts_se = mean_and_se(squared_errors(next(keys), model_big, Lam, Lam, w_fix, v_fix, 0.0, 0.5,
-                                                   M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=True))
+        checks.append(mc_check("query shift x_q ~ N(0, 4I) tolerated (large M, N)", qs_pred, qs_sim, qs_se,
+                               predicted=f"{qs_pred:.4g} (zero predictor: {zero_err:.3g})"))
         ts_pred = float(zhang.prediction_error(*zhang.linear_task_moments(w_fix, Lam, 0.5), Lam, cfg.shift_N, cfg.shift_M))
-        checks.append(Check("task shift (noise 0.5, fixed w): error → best linear error 0.25", f"{ts_pred:.4g}",
-                            f"{ts_sim:.4g} ± {ts_se:.1g}", "3 s.e.", _within(ts_sim, ts_se, ts_pred)))
+        ts_sim, ts_se = powered_mean_and_se(functools.partial(
+            squared_errors, model=model_big, Lam=Lam, Lam_query=Lam, w=w_fix, v=v_fix, quad=0.0, noise=0.5,
+            M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=True), next(keys), ts_pred)
+        checks.append(mc_check("task shift (noise 0.5, fixed w): error → best linear error 0.25", ts_pred, ts_sim, ts_se))
         ds_shift = xr.Dataset(
             {"slope": ("c", slopes), "slope_se": ("c", slopes_se), "slope_predicted": ("c", slopes_pred)},
             coords={"c": list(cfg.cs)}, attrs={"N": cfg.shift_N, "M": cfg.shift_M},
@@ -547,8 +542,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         mc_new, mc_new_se = (float(v) for v in losses.mc_loss(rsol.final, tasks.LinearRegression(d, M_mc, jnp.diag(lam_new)),
                                                             next(keys), batch=cfg.mc_batch, return_stderr=True))
         ex_new = float(losses.population_loss(rsol.final, tasks.LinearRegression(d, M_mc, jnp.diag(lam_new))))
-        checks.append(Check(f"trained (4.12) model on new Λ, M = {M_mc}: exact = Monte Carlo", fmt(ex_new, 6),
-                            f"{mc_new:.6g} ± {mc_new_se:.2g}", "3 s.e.", _within(mc_new, mc_new_se, ex_new)))
+        checks.append(mc_check(f"trained (4.12) model on new Λ, M = {M_mc}: exact = Monte Carlo", ex_new, mc_new, mc_new_se))
         Ms_r = np.unique(np.geomspace(N, 10**5, 5).astype(int))
         exact = jax.jit(losses.population_loss)
         err_M = np.array([2 * float(exact(rsol.final, tasks.LinearRegression(d, int(M), jnp.diag(lam_new)))) for M in Ms_r])

@@ -1,0 +1,595 @@
+"""Every asserted check of every reproduction can fail: each paper's check functions are fed inputs that satisfy
+the paper's claims (every asserted row passes) and deliberately wrong ones (an untrained model, a perturbed
+prediction, a swapped theory value), for which the row must say FAIL. The inputs are small and built here, so
+that a check demoted to "reported", or one that no longer looks at its input, is caught on every commit (the
+slow tests in test_cli.py run the same functions on the quick reproductions' own numbers)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from jaxicl.experiments import report
+from jaxicl.experiments.budget import mark_partial
+from jaxicl.experiments.report import Check, count_verdicts, headline, mc_check, mc_power, paper_claim
+
+
+def verdicts(checks, part: str) -> list[str]:
+    """The verdicts of the rows whose claim contains ``part`` (at least one must)."""
+    found = [c.verdict for c in checks if part in c.claim]
+    assert found, f"no check row mentions {part!r}: {[c.claim for c in checks]}"
+    return found
+
+
+def assert_verdict(checks, part: str, verdict: str) -> None:
+    got = verdicts(checks, part)
+    assert set(got) == {verdict}, (part, got, [(c.claim, c.simulated) for c in checks if part in c.claim])
+
+
+def assert_all_asserted_pass(checks, n_asserted: int) -> None:
+    """Every asserted row passes, and there are exactly ``n_asserted`` of them (a demoted row changes the count)."""
+    asserted = [c for c in checks if c.asserted]
+    assert [c.claim for c in asserted if c.verdict != "pass"] == []
+    assert len(asserted) == n_asserted, [c.claim for c in asserted]
+
+
+# --- the verdicts themselves ----------------------------------------------------------------------------------
+def test_four_verdicts_and_the_headline_that_counts_them():
+    rows = [Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None),
+            paper_claim("c", "", "", "", False, assert_if=False, reason="300 steps (paper: 500k)"),
+            paper_claim("d", "", "", "", True, assert_if=False, reason="300 steps"),
+            paper_claim("e", "", "", "", False, assert_if=True)]
+    assert [c.verdict for c in rows] == ["pass", "FAIL", "reported", "not reproduced", "pass", "FAIL"]
+    assert rows[3].status == "not reproduced: 300 steps (paper: 500k)"
+    assert rows[4].status == "pass (not asserted: 300 steps)"
+    assert count_verdicts(rows) == {"pass": 2, "FAIL": 2, "not reproduced": 1, "reported": 1}
+    assert headline(rows) == "2 pass, 2 fail, 1 not reproduced, 1 reported"
+    md = report.render_markdown([report.PaperResult("p", "t", "quick", rows, [], [])])
+    assert "2 pass, 2 fail, 1 not reproduced, 1 reported." in md and "| not reproduced: 300 steps (paper: 500k) |" in md
+    assert not report.PaperResult("p", "t", "quick", rows, [], []).ok
+    assert report.PaperResult("p", "t", "quick", rows[2:5], [], []).ok  # "not reproduced" is no failure
+
+
+def test_a_claim_that_is_not_asserted_must_say_why():
+    with pytest.raises(ValueError, match="give the reason"):
+        Check("x", "", "", "", False, asserted=False)
+    assert Check("m", "", "", "", None).asserted is False  # a measurement asserts nothing
+
+
+def test_seeds_are_stated_in_the_tolerance_column():
+    assert Check("x", "", "", "strict", True, seeds=3).tolerance_cell == "strict; asserted over 3 seeds"
+
+
+def test_a_partial_run_asserts_nothing_but_keeps_its_verdicts():
+    rows = mark_partial([Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None)],
+                        "partial, step 2 of 4")
+    assert [c.verdict for c in rows] == ["pass", "not reproduced", "reported"]
+    assert rows[1].status == "not reproduced: training partial, step 2 of 4"
+
+
+def test_monte_carlo_power_and_checks():
+    # a 5 % error at 3 s.e. with se = 1 % of the value: e = 5, power Φ(2) + Φ(−8)
+    assert mc_power(1.0, 0.01) == pytest.approx(0.97725, abs=1e-5)
+    assert mc_power(-2.0, 0.02) == pytest.approx(0.97725, abs=1e-5)
+    assert mc_check("c", 1.0, 1.01, 0.01).verdict == "pass"
+    assert mc_check("c", 1.0, 1.05, 0.01).verdict == "FAIL"  # 5 s.e. off
+    under = mc_check("c", 1.0, 1.0, 0.04)  # within, but a 5 % error would fail with probability Φ(1.25 − 3) = 0.040
+    assert under.verdict == "FAIL" and "probability ≥ 0.040 (required 0.9)" in under.tolerance
+    many = mc_check("c", np.ones(100), np.ones(100) + 0.004 * (np.arange(100) == 3), np.full(100, 0.001),
+                    max_excursions=1)
+    assert many.verdict == "pass" and "1 points beyond" in many.simulated
+    assert mc_check("c", np.ones(3), np.array([1.0, 1.004, 1.004]), np.full(3, 0.001), max_excursions=1).verdict == "FAIL"
+
+
+# --- AlgoFormer -----------------------------------------------------------------------------------------------
+def _algoformer_data(n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newton_converges=True,
+                     algo_factor=0.5):
+    """Figs. 2, 3 and 5's datasets as the paper draws them: every model learns (its error ÷ the zero estimator's
+    falls along the prompt), the AlgoFormer lowest; larger ΔT more stable at the same T; Newton converges
+    quadratically, GD linearly, the AlgoFormer below both in the first iterations. The AR task's zero-estimator
+    error grows along the prompt (as the AR process does), so only errors relative to it fall."""
+    pos = np.arange(1, n + 1)
+    data = {}
+    for t in ("regression", "ar", "cot"):
+        zero = 2.0 * (1.5 ** pos if t == "ar" else np.ones(n))
+        data[f"{t}_zero"] = (f"example_{t}", zero)
+        for m, level in (("standard", 0.6), ("looped", 0.5), ("algoformer", 0.3)):
+            if swap and m in ("standard", "algoformer"):
+                level = 0.9 - level
+            rel = np.ones(n) if m in untrained else level * (1 + 1 / pos) / 2
+            data[f"{t}_{m}"] = (f"example_{t}", zero * rel)
+    ds2 = xr.Dataset(data, coords={f"example_{t}": pos for t in ("regression", "ar", "cot")})
+    ds2.attrs["status"] = "complete"
+    settings, T = ["(T, ΔT) = (8, 6)", "(T, ΔT) = (8, 1)", "(T, ΔT) = (4, 3)"], np.array([8, 8, 4])
+    loops = np.arange(1, 41)
+    err = np.stack([np.where(loops < t, 1.0, 0.1 * (1 + (r - 1) * (loops - t) / (40 - t))) for t, r in zip(T, ratios)])
+    ds3 = xr.Dataset({"error": (("setting", "loops"), err)}, coords={"setting": settings, "T": ("setting", T),
+                                                                      "loops": loops}, attrs={"status": "complete"})
+    its = np.arange(1, 41)
+    gd = np.stack([0.9 ** its + s for s in (0.0, 0.1, 1.0)])
+    newton = np.stack([(0.5 ** (2.0 ** its) if newton_converges else 0.9 ** its) + s for s in (0.0, 0.1, 1.0)])
+    algo = np.minimum(gd, newton) * algo_factor
+    ds5 = xr.Dataset({"algoformer": (("sigma", "iteration"), algo), "gd": (("sigma", "iteration"), gd),
+                      "newton": (("sigma", "iteration"), newton), "zero": ("sigma", np.full(3, 1.0))},
+                     coords={"sigma": [0.0, 0.1, 1.0], "iteration": its}, attrs={"status": "complete"})
+    return ds2, ds3, ds5
+
+
+def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
+    from jaxicl.experiments import algoformer as A
+
+    full, quick = A.SIZES["full"], A.SIZES["quick"]
+    good = A._checks(full, *_algoformer_data())
+    assert_all_asserted_pass(good, 3 * 3 + 1 + 2 + 3)  # Fig. 2: 3 per task; Fig. 3: 1; Fig. 5: 2 + one per σ
+    assert all(c.seeds == 3 for c in good if "decreases with the number" in c.claim)
+    # an untrained model (error = the zero estimator's everywhere)
+    bad = A._checks(full, *_algoformer_data(untrained=("looped",)))
+    assert_verdict(bad, "every model learns", "FAIL")
+    assert_verdict(bad, "decreases with the number of in-context examples", "FAIL")
+    # the AR error grows along the prompt with the process: read relative to the zero estimator it falls
+    assert_verdict(good, "(ar): the error decreases", "pass")
+    # the paper's orderings swapped: FAIL at the paper's training length, "not reproduced" at a shorter one
+    swapped = _algoformer_data(swap=True, ratios=(2.0, 0.5, 1.0), algo_factor=2.0)
+    for part in ("AlgoFormer below the standard", "larger ΔT", "AlgoFormer below GD and Newton"):
+        assert_verdict(A._checks(full, *swapped), part, "FAIL")
+        assert_verdict(A._checks(quick, *swapped), part, "not reproduced")
+        assert_verdict(A._checks(quick, *_algoformer_data()), part, "pass")
+    # Newton that converges no faster than GD
+    slow = A._checks(full, *_algoformer_data(newton_converges=False))
+    assert_verdict(slow, "Newton's method (eq. 4) reaches machine-level error", "FAIL")
+    assert_verdict(slow, "GD converges more slowly than Newton", "FAIL")
+
+
+# --- Gatmiry et al. ----------------------------------------------------------------------------------------------
+def _scaled(fn, factor):
+    """``fn`` whose result (an array, or every floating-point array of a pytree such as a model) is multiplied by
+    ``factor``: a perturbed theory value."""
+    import equinox as eqx
+    import jax
+
+    def scale(x):
+        return x * factor if eqx.is_inexact_array(x) or isinstance(x, (float, np.floating, np.ndarray)) else x
+
+    return lambda *a, **k: jax.tree_util.tree_map(scale, fn(*a, **k))
+
+
+def _gatmiry_toy():
+    from jaxicl.experiments import gatmiry2024 as G
+
+    return G, dataclasses.replace(G.SIZES["quick"], construct_kappas=(10.0, 100.0, 1000.0), construct_depths=(1, 2),
+                                  eps=1e-3, thm3_kappas=(2.0, 8.0), thm3_instances=8, thm6_depths=(1, 2, 3),
+                                  thm7_depths=(6, 10), thm8_loops=12, d=4)
+
+
+def test_gatmiry_construction_checks_fail_on_a_wrong_theory_value(monkeypatch):
+    G, cfg = _gatmiry_toy()
+    good, _ = G.check_constructions(cfg)
+    assert_all_asserted_pass(good, 3)
+    T = G.G
+    with monkeypatch.context() as m:
+        m.setattr(T, "chebyshev_worst_error", _scaled(T.chebyshev_worst_error, 1.01))
+        assert_verdict(G.check_constructions(cfg)[0], "Thms 2, 4, 5", "FAIL")
+    with monkeypatch.context() as m:  # depths growing as the square of the right ones (κ² for GD, κ for Chebyshev)
+        m.setattr(T, "depth_needed", lambda f, eps, L_max: L_max**2)
+        bad = G.check_constructions(cfg)[0]
+        assert_verdict(bad, "√κ·log(1/ε) (chebyshev)", "FAIL")
+        assert_verdict(bad, "κ·log(1/ε) (gd)", "FAIL")
+
+
+def test_gatmiry_lemma1_thm3_thm6_thm7_checks_fail_on_wrong_answers(monkeypatch):
+    import jax
+
+    G, cfg = _gatmiry_toy()
+    T = G.G
+    models = {"Chebyshev": T.chebyshev_model(1.0, 8.0, cfg.d, 2)}
+    key = jax.random.PRNGKey(0)
+    assert_all_asserted_pass(G.check_lemma1(cfg, models, key)[0], 1)
+    assert_all_asserted_pass(G.check_thm3(cfg, key)[0], 2)
+    assert_all_asserted_pass(G.check_thm6_thm7(cfg)[0], 5)
+    scaling_errors = T.scaling_errors
+    with monkeypatch.context() as m:  # an error curve that never reaches 1/4
+        m.setattr(T, "scaling_errors", lambda *a: np.minimum(np.asarray(scaling_errors(*a)), 0.2))
+        assert_verdict(G.check_lemma1(cfg, models, key)[0], "Lemma 1", "FAIL")
+    adaptive = T.adaptive_depth
+    with monkeypatch.context() as m:  # stopping too early (error 10x the target), at the same layer for every κ
+        m.setattr(T, "adaptive_depth", lambda model, p, eps: (lambda r: (0 * r[0] + 1, 10 * eps + r[1], r[2]))(
+            adaptive(model, p, eps)))
+        bad = G.check_thm3(cfg, key)[0]
+        assert_verdict(bad, "Thm 3: stopping", "FAIL")
+        assert_verdict(bad, "layers used grow", "FAIL")
+    with monkeypatch.context() as m:  # a minimiser off by 1 %, bounds 100x too high, a looped step 30x too long
+        m.setattr(T, "thm6_minimizer", _scaled(T.thm6_minimizer, 1.01))
+        m.setattr(T, "thm6_bound", _scaled(T.thm6_bound, 100.0))
+        m.setattr(T, "looped_minimizer_diagonal", _scaled(T.looped_minimizer_diagonal, 30.0))
+        bad = G.check_thm6_thm7(cfg)[0]
+        for part in ("global minimiser", "OOD loss (mass", "Thm 6 vs 7", "Thm 7 (eq. 13)", "Thm 7: its loss"):
+            assert_verdict(bad, part, "FAIL")
+
+
+def test_gatmiry_thm8_checks_read_the_loss_past_l0(monkeypatch):
+    """A looped A with one expanding direction: the loss falls, then rises (L_0 > 1), so a theory that said the
+    curve is monotone from L = 1 on is contradicted; equal App. F layers give a monotone loss."""
+    G, cfg = _gatmiry_toy()
+    T = G.G
+    A = np.diag([0.1] * (cfg.d - 1) + [0.5125])  # at s = 4: factors 0.6 (contracting) and 1.05 (expanding)
+    good, ds = G.thm8_curves(cfg, A, (4.0,))
+    assert_all_asserted_pass(good, 2)
+    assert float(ds.L0.values[0]) > 1 and ds.L.size >= float(ds.L0.values[0]) + 10
+    with monkeypatch.context() as m:
+        m.setattr(T, "looped_monotone_from", lambda A, S: 1.0)
+        assert_verdict(G.thm8_curves(cfg, A, (4.0,))[0], "monotone in the loop count", "FAIL")
+    with monkeypatch.context() as m:
+        m.setattr(T, "nonmonotone_steps", lambda s, L: np.full(L, 0.5 / s))
+        assert_verdict(G.thm8_curves(cfg, A, (4.0,))[0], "not monotone in depth", "FAIL")
+
+
+def test_gatmiry_trained_model_checks(monkeypatch):
+    G, cfg = _gatmiry_toy()
+    kappas, depths = np.array([2.0, 4.0, 8.0]), np.array([1, 2, 4, 6, 10])
+    cfg = dataclasses.replace(cfg, kappas=tuple(kappas), depths=tuple(depths))
+
+    def fig1(untrained=False, looped_factor=1.1):
+        base = kappas[:, None] ** 0.5 * np.exp(-0.4 * depths)[None] * 10  # falls with L, rises with κ
+        if untrained:
+            base = np.full_like(base, 10.0)
+        loss = np.stack([base, base * looped_factor], axis=2)[..., None].repeat(2, axis=3)  # (κ, L, looped, seed)
+        dims = ("kappa", "depth", "looped", "seed")
+        curve = np.broadcast_to(loss[..., None], loss.shape + (4,)).copy()
+        return xr.Dataset({"test_loss": (dims, loss), "test_median": (dims, loss / 2),
+                           "curve": ((*dims, "window"), curve)},
+                          coords={"kappa": kappas, "depth": depths, "looped": [0, 1], "seed": [0, 1]})
+
+    good = G._fig1_checks(fig1(), cfg)
+    assert_all_asserted_pass(good, 2)
+    assert_verdict(good, "competitive with L layers", "pass")
+    bad = G._fig1_checks(fig1(untrained=True, looped_factor=3.0), cfg)
+    assert_verdict(bad, "depth helps", "FAIL")
+    assert_verdict(bad, "more task diversity costs more", "FAIL")
+    assert_verdict(bad, "competitive with L layers", "not reproduced")
+    full = dataclasses.replace(cfg, steps=G.SIZES["full"].steps)
+    assert_verdict(G._fig1_checks(fig1(looped_factor=3.0), full), "competitive with L layers", "FAIL")
+
+    def fig2(looped_growth):
+        w = np.array([0.0, 0.25, 0.5])
+        grow = np.stack([1 + w * 4, 1 + w * 4 * looped_growth], axis=1)  # (w, looped): multilayer grows 3x
+        loss = np.broadcast_to(grow.T[None, :, None, :], (3, 2, 2, 3)).copy()  # (k, looped, seed, w)
+        return xr.Dataset({"test_loss": (("k", "looped", "seed", "w"), loss)},
+                          coords={"k": [2, 5, 9], "looped": [0, 1], "seed": [0, 1], "w": w})
+
+    assert_all_asserted_pass(G._fig2_checks(fig2(0.5), full), 1)
+    assert_verdict(G._fig2_checks(fig2(2.0), full), "looped vs multilayer", "FAIL")
+    assert_verdict(G._fig2_checks(fig2(2.0), cfg), "looped vs multilayer", "not reproduced")
+    assert_verdict(G._fig2_checks(fig2(0.5), cfg), "looped vs multilayer", "pass")
+
+
+def test_gatmiry_fixed_gram_and_learned_step_checks(monkeypatch):
+    G, cfg = _gatmiry_toy()
+    cfg = dataclasses.replace(cfg, kappas=(2.0, 8.0), depths=(1, 2, 3, 12), fg_depths=(1, 2, 3))
+    theory = G.fig1_theory(cfg)
+
+    def trained(multi_gap=0.0, loop_gap=0.0):
+        th = theory.sel(depth=list(cfg.fg_depths))
+        loss = np.stack([th.multilayer.values * (1 + multi_gap), th.looped.values * (1 + loop_gap)], axis=2)[..., None]
+        return xr.Dataset({"loss": (("kappa", "depth", "looped", "seed"), loss)},
+                          coords={"kappa": list(cfg.kappas), "depth": list(cfg.fg_depths), "looped": [0, 1], "seed": [0]})
+
+    good = G._fixed_gram_checks(trained(), theory)
+    assert_all_asserted_pass(good, 4)
+    assert_verdict(good, "trained multilayer reaches that optimum", "pass")
+    bad = G._fixed_gram_checks(trained(multi_gap=-0.01, loop_gap=0.01), theory)
+    assert_verdict(bad, "trained looped model reaches the best single step", "FAIL")
+    assert_verdict(bad, "no trained multilayer model goes below", "FAIL")
+    assert_verdict(G._fixed_gram_checks(trained(multi_gap=0.18), theory), "reaches that optimum", "not reproduced")
+    flat = theory.copy()
+    flat["multilayer"] = flat.multilayer * 0 + 1.0  # a "theory" in which κ changes nothing
+    bad = G._fixed_gram_checks(trained(), flat)
+    assert_verdict(bad, "increases with κ", "FAIL")
+    assert_verdict(bad, "layers needed for 1 %", "FAIL")
+
+    T = G.G
+    kappas, k = np.array([2.0, 8.0]), 4
+    cheb = np.stack([np.sort(T.chebyshev_steps(1.0, kk, k)) for kk in kappas])
+
+    def learned(steps):
+        worst = [T.worst_case_error(lambda s, e=e: T.residual_polynomial(e, s), 1.0, kk) for e, kk in zip(steps, kappas)]
+        return xr.Dataset({"learned": (("kappa", "step"), steps), "chebyshev": (("kappa", "step"), cheb),
+                           "learned_worst_error": ("kappa", np.asarray(worst)),
+                           "chebyshev_worst_error": ("kappa", T.chebyshev_worst_error(kappas, k)),
+                           "gd_worst_error": ("kappa", T.gd_worst_error(kappas, k))}, coords={"kappa": kappas})
+
+    cfg = dataclasses.replace(cfg, learned_steps=k)
+    assert_all_asserted_pass(G._learned_checks(learned(cheb), cfg), 2)
+    gd = np.stack([np.full(k, T.gd_step(1.0, kk)) for kk in kappas])  # the best constant step, not Chebyshev's
+    bad = G._learned_checks(learned(gd), cfg)
+    assert_verdict(bad, "recover Chebyshev", "FAIL")
+    assert_verdict(bad, "reaches 1/T_k", "FAIL")
+
+
+# --- Zhang, Frei & Bartlett ---------------------------------------------------------------------------------------
+ZHANG_LSA_ASSERTED = 19  # every row of the LSA part (Thms 4.1-4.5, §4.2); the random inits' row is a measurement
+
+
+def _zhang_toy(monkeypatch):
+    from jaxicl.experiments import zhang2023 as Z
+
+    toy = dataclasses.replace(Z.SIZES["quick"], d=2, N=6, mc_batch=100_000, Ns_thm42=(5, 20), Ms_thm42=(5, 50),
+                              thm42_batch=4000, cs=(1.0, 2.0), shift_N=100, shift_M=100, shift_batch=4000,
+                              n_random_inits=2, gpt2=None)
+    monkeypatch.setitem(Z.SIZES, "quick", toy)
+    return Z
+
+
+def test_zhang_lsa_checks_fail_on_wrong_theory(monkeypatch, tmp_path):
+    """The LSA part at a toy size, with every theory value it compares with perturbed (by 1-10 %; the PL constant
+    10x, the Cor. 4.3 bound halved), the exact loss scaled by 1.1 against its Monte Carlo, and the balanced init
+    replaced by a non-balanced one: every asserted row says FAIL. (The same rows pass at toy size unperturbed:
+    test_zhang_lsa_checks_pass_at_toy_size, slow; and at quick size in test_cli.py.)"""
+    from jaxicl import losses, models
+    from jaxicl.theory import zhang as T
+
+    Z = _zhang_toy(monkeypatch)
+    wrong = {"reduced_loss": 1.01, "reduced_vector_field": 1.01, "gamma": 1.01, "w_star": 1.01, "pl_constant": 10.0,
+             "min_population_loss": 1.01, "prediction_error_isotropic": 1.1, "prediction_error": 1.1,
+             "corollary_4_3_bound": 0.5, "covariate_scaling_slope": 1.1, "query_shift_error": 1.1,
+             "random_covariance_limit": 1.01, "random_covariance_limit_error": 1.01}
+    for name, factor in wrong.items():
+        monkeypatch.setattr(T, name, _scaled(getattr(T, name), factor))
+    monkeypatch.setattr(losses, "population_loss", _scaled(losses.population_loss, 1.1))
+    monkeypatch.setattr(models.LinearSelfAttention, "balanced_init",
+                        staticmethod(lambda d, sigma, key: models.LinearSelfAttention.random_init(d, sigma, key)))
+    bad = Z.run("quick", tmp_path / "wrong", transformers=False)
+    asserted = [c for c in bad.checks if c.asserted]
+    assert len(asserted) == ZHANG_LSA_ASSERTED
+    assert [c.claim for c in asserted if c.verdict != "FAIL"] == []
+
+
+@pytest.mark.slow
+def test_zhang_lsa_checks_pass_at_toy_size(monkeypatch, tmp_path):
+    """The unperturbed counterpart of the test above: at the same toy size every asserted row passes."""
+    Z = _zhang_toy(monkeypatch)
+    assert_all_asserted_pass(Z.run("quick", tmp_path, transformers=False).checks, ZHANG_LSA_ASSERTED)
+
+
+# --- Yang, Huang, Liang & Chi ---------------------------------------------------------------------------------------
+def test_yang_theorem_checks_fail_on_a_rank_deficient_zeta_wrong_constants_and_too_few_steps(monkeypatch):
+    """Prop. 1 and Thms 1-2 at the theorem checks' own (small) size, fed wrong answers: a ζ0 at the round-off
+    level for every H (neither full rank nor rank-deficient), Thm 1's rate and ᾱ too small, Thm 2's per-prompt
+    bound 1000x too low, and 100 practical GD steps instead of 3000 (an untrained model). Every asserted row
+    says FAIL (at quick size they pass: test_cli.py)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxicl.experiments import yang2024 as E
+    from jaxicl.theory import yang as T
+
+    cfg = dataclasses.replace(E.SIZES["quick"], th_seeds=4, th_paper_steps=200, th_steps=100)
+    monkeypatch.setattr(T, "zeta", lambda model, task: 1e-13 * jnp.linalg.norm(T.z_bar(task), 2) ** 2)
+    constants = T.theorem1_constants
+    monkeypatch.setattr(T, "theorem1_constants", lambda m, t: dataclasses.replace(
+        constants(m, t), rate=0.5, alpha_bar=0.0))
+    monkeypatch.setattr(T, "inference_bound", _scaled(T.inference_bound, 1e-3))
+    key = jax.random.PRNGKey(0)
+    prop1 = E.check_prop1(cfg, key)
+    assert len(prop1) == 3 and all(c.verdict == "FAIL" for c in prop1)
+    monkeypatch.setattr(T, "zeta", lambda model, task: jnp.asarray(1.0))  # Thm 1's constants need ζ0 > 0
+    theorems, _ = E.check_theorems(cfg, key)
+    asserted = [c for c in theorems if c.asserted]
+    assert len(asserted) == 7 and [c.claim for c in asserted if c.verdict != "FAIL"] == []
+
+
+def _yang_fig2a(cfg, trained=True, ood_above=True):
+    it = np.arange(0, cfg.steps, cfg.record_every)
+    rate = 0.03 if trained else 1e-4
+    excess = 10.0 * np.exp(-rate * it)
+    ood = excess * (5.0 if ood_above else 0.5)
+    ds = xr.Dataset({"loss": ("iteration", excess + 0.25), "excess": ("iteration", excess),
+                     "inference_in_domain": ("iteration", excess), "inference_ood": ("iteration", ood)},
+                    coords={"iteration": it})
+    final, a_norm = excess[-1], 18.8
+    ds["column_error"] = ("k", np.full(cfg.K, np.sqrt(2 * cfg.K * final / 0.2) / np.sqrt(cfg.K) / 3))
+    ds.attrs.update(L_star=0.25, lam_min=0.2, final_excess=final, A_norm=a_norm, init_error=a_norm, mc_prompts=8192,
+                    mc_in_domain=final * 1.005, mc_in_domain_se=final * 0.006, mc_ood=ood[-1] * 0.995,
+                    mc_ood_se=ood[-1] * 0.006)
+    return ds
+
+
+def test_yang_fig2a_checks_pass_on_a_converged_run_and_fail_on_an_untrained_one():
+    from jaxicl.experiments import yang2024 as E
+
+    cfg = E.SIZES["quick"]
+    assert_all_asserted_pass(E._fig2_checks(_yang_fig2a(cfg), cfg), 7)
+    bad = E._fig2_checks(_yang_fig2a(cfg, trained=False, ood_above=False), cfg)
+    for part in ("converges linearly", "below ε", "approaches A", "out-of-domain inference loss above"):
+        assert_verdict(bad, part, "FAIL")
+    wrong_mc = _yang_fig2a(cfg)  # the Monte-Carlo estimate 5 % off its exact value (se 0.6 %)
+    wrong_mc.attrs["mc_in_domain"] *= 1.05
+    assert_verdict(E._fig2_checks(wrong_mc, cfg), "in-domain inference loss (1/2K)", "FAIL")
+    few = _yang_fig2a(cfg)  # 200 prompts: se 4 %, no power to see a 5 % error
+    few.attrs["mc_ood_se"] = few.attrs["mc_ood"] * 0.04
+    assert_verdict(E._fig2_checks(few, cfg), "out-of-domain inference loss (1/2K)", "FAIL")
+
+
+def test_yang_fig3_and_fig4_checks():
+    from jaxicl.experiments import yang2024 as E
+
+    cfg = E.SIZES["quick"]
+    Ns = np.array(cfg.fig3_Ns)
+    v = np.abs(Ns - cfg.fig3_m) / 100.0  # the V of the paper's Fig. 3
+    n_mc = np.array(cfg.fig3_mc_Ns)
+
+    def fig3(gap, mc_factor=1.0):
+        exact = np.interp(n_mc, Ns, gap)
+        return xr.Dataset({"expected_gap": (("seed", "N"), np.stack([gap, gap * 1.1])),
+                           "mc_gap": ("N_mc", exact * mc_factor), "mc_se": ("N_mc", exact * 0.005)},
+                          coords={"seed": [0, 1], "N": Ns, "N_mc": n_mc})
+
+    good = E._fig3_checks(fig3(v), cfg)
+    assert_all_asserted_pass(good, 3)
+    assert_verdict(good, "the closer N is to m", "pass")
+    bad = E._fig3_checks(fig3(v + 0.01, mc_factor=1.05), cfg)  # no zero at N = m; Monte Carlo 5 % off
+    assert_verdict(bad, "vanishes at N = m", "FAIL")
+    assert_verdict(bad, "closed-form expected gap = Monte Carlo", "FAIL")
+    assert_verdict(bad, "Monte-Carlo gap is 0", "FAIL")
+    bump = v * (1 + 0.5 * np.sin(Ns / 7.0))  # zero at m, but not monotone on either side
+    assert_verdict(E._fig3_checks(fig3(bump), cfg), "the closer N is to m", "not reproduced")
+
+    H = np.array(cfg.fig4_heads)
+    curv = np.where(H == 400, 1.0, 0.1)  # η_w = 3 is above 2/λ_max only for H = 400
+
+    def fig4(converged, few=0.5, diverge=(400,)):  # Δ(T)/Δ(0) for H ≥ N and for H < N
+        steps = np.arange(0, cfg.fig4_steps, cfg.record_every)
+        final = np.where(H >= cfg.N, converged, few)
+        ex = np.exp(np.log(final)[:, None] * steps[None] / steps[-1])
+        ex[np.isin(H, diverge), 3:] = np.inf
+        return xr.Dataset({"excess": (("heads", "step"), ex), "w_curvature": ("heads", curv)},
+                          coords={"heads": H, "step": steps})
+
+    good = E._fig4_checks(fig4(cfg.fig4_converged / 10), cfg)
+    assert_all_asserted_pass(good, 2)
+    assert_verdict(good, "the paper sees the loss stall", "pass")
+    bad = E._fig4_checks(fig4(cfg.fig4_converged * 10, few=cfg.fig4_converged / 10, diverge=(1, 400)), cfg)
+    assert_verdict(bad, "GD diverges exactly", "FAIL")
+    assert_verdict(bad, "every stable H ≥ N", "FAIL")
+    assert_verdict(bad, "the paper sees the loss stall", "not reproduced")
+
+
+def test_yang_transformer_checks(monkeypatch):
+    from jaxicl.experiments import yang2024 as E
+
+    tc = dataclasses.replace(E.SIZES["quick"].transformer, steps=200, chunk=50, smooth=20)
+    H = np.array(sorted(set(tc.fig5_heads) | {tc.heads}))
+    steps = np.arange(1, tc.steps + 1)
+    eval_steps = np.arange(0, tc.steps + 1, tc.chunk)
+
+    def ds(trained=True, best=4):
+        rate = np.where(H == best, 0.03, 0.02)[:, None] if trained else np.zeros((len(H), 1))
+        loss = 0.05 + 1.5 * np.exp(-rate * steps[None])
+        inf = np.exp(-rate * eval_steps[None])[..., None] * np.array([3.0, 12.0]) * (1 if trained else 1.0)
+        return xr.Dataset({"loss": (("heads", "step"), loss), "inference": (("heads", "eval_step", "test_set"), inf),
+                           "step_seconds": ("heads", 0.1 * H)},
+                          coords={"heads": H, "step": steps, "eval_step": eval_steps, "test_set": ["in_domain", "ood"]},
+                          attrs={"L_star": 0.05, "steps_trained": [tc.steps] * len(H)})
+
+    full = dataclasses.replace(tc, steps=E.SIZES["full"].transformer.steps)
+    good = E._transformer_checks(ds(), tc)
+    assert_all_asserted_pass(good, 5)
+    assert_verdict(good, "best H at a fixed budget is small", "pass")
+    bad = E._transformer_checks(ds(trained=False), tc)
+    for part in ("approaches L⋆", "in-domain inference loss (1/2K)‖ŷ − ŷ⋆‖² falls", "falls with training too",
+                 "every H, including H = 1"):
+        assert_verdict(bad, part, "FAIL")
+    big = ds(best=int(H[-1]))  # the most heads learn fastest: the paper's observation contradicted
+    assert_verdict(E._transformer_checks(big, tc), "best H at a fixed budget is small", "not reproduced")
+    assert full.steps > tc.steps  # (the same rows at --full are asserted: trained_as_paper)
+    assert E.trained_as_paper(full) and not E.trained_as_paper(tc)
+    swapped = ds()
+    swapped["inference"] = swapped.inference[..., ::-1].assign_coords(test_set=["in_domain", "ood"])
+    assert_verdict(E._transformer_checks(swapped, tc), "out-of-domain inference loss above in-domain", "FAIL")
+
+
+# --- Ahn, Cheng, Daneshmand & Sra ------------------------------------------------------------------------------------
+def test_ahn_theorem_checks_fail_on_wrong_theory(monkeypatch):
+    """Lemma 2 and Thms 1, 3 (float64) with the theory they compare with perturbed by 1 %, the exact loss scaled by
+    1.1 against its Monte Carlo, and Thm 3's training set left unsymmetrised: every asserted row says FAIL."""
+    import jax
+
+    from jaxicl import losses
+    from jaxicl.experiments import ahn2023 as E
+    from jaxicl.theory import ahn as T
+
+    cfg = dataclasses.replace(E.SIZES["quick"], d=3, scales=(1.0, 0.5, 0.25), mc_batch=100_000, thm3_d=2,
+                              thm3_base=256)
+    for name in ("preconditioned_gd_iterates", "thm1_min_loss", "gamma"):
+        monkeypatch.setattr(T, name, _scaled(getattr(T, name), 1.01))
+    monkeypatch.setattr(losses, "population_loss", _scaled(losses.population_loss, 1.1))
+    monkeypatch.setattr(T, "sign_symmetrized", lambda prompts: prompts)
+    key = jax.random.PRNGKey(0)
+    rows = E.check_lemma2(cfg, key) + E.check_thm1(cfg, key) + E.check_thm3(cfg, key)[0]
+    asserted = [c for c in rows if c.asserted]
+    assert len(asserted) == 6 and [c.claim for c in asserted if c.verdict != "FAIL"] == []
+
+
+def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained_model():
+    from jaxicl.experiments import ahn2023 as E
+
+    cfg = E.SIZES["quick"]
+    seeds, L = 3, 3
+
+    def lm(trained=True):
+        blue = np.full((seeds, 5, L), 0.05 if trained else 0.8)
+        return {"blue": blue, "red": np.full((seeds, 5, L), 0.8), "final_test": np.full(seeds, 0.07 if trained else 1.0),
+                "ref_test": np.full(seeds, 0.068)}
+
+    good = E.thm4_checks(lm(), np.array([0.7, 0.4, 1.7]), 0.068, 0.0003, cfg)
+    assert_all_asserted_pass(good, 3)
+    bad = E.thm4_checks(lm(trained=False), np.array([0.7, 0.4, 1.7]), 0.068, 0.0003, cfg)
+    assert [c.verdict for c in bad] == ["FAIL"] * 3
+
+    class Params:  # the block-parametrised model's matrices A_0, A_1, A_2 (per seed)
+        def __init__(self, growth):
+            self.params = self
+            self.growth = growth
+
+        def matrices(self):
+            return np.stack([np.eye(3) * self.growth**i for i in range(3)])[None].repeat(seeds, 0)
+
+    def blk(trained=True):
+        dist = 0.1 if trained else 0.9
+        return {"dist_B": np.full((seeds, 5, L), dist), "blue": np.full((seeds, 5, L), dist),
+                "losses": np.stack([np.full(seeds, 2.5), np.full(seeds, 0.01 if trained else 2.0)], 1),
+                "final": Params(6.0 if trained else 1.0), "median_test": np.full(seeds, 0.001),
+                "final_test": np.full(seeds, 100.0)}
+
+    assert_all_asserted_pass(E.thm5_checks(blk(), cfg), 4)
+    assert [c.verdict for c in E.thm5_checks(blk(trained=False), cfg) if c.asserted] == ["FAIL"] * 4
+    assert E.optimizer_check([("levenberg_marquardt", 7, 20, 1.0)], cfg).verdict == "pass"
+    assert E.optimizer_check([("levenberg_marquardt", None, 20, 1.0)], cfg).verdict == "FAIL"
+
+    def sweeps(tf_factor=0.8, gd_factor=1.5, depth_helps=True):
+        out = []
+        for dim, values in (("depth", [1, 2, 3, 4]), ("n", [2, 5, 10, 20])):
+            pgd = np.linspace(1.0, 0.2, 4)[:, None].repeat(2, 1)
+            tf = pgd * tf_factor if depth_helps or dim == "n" else np.full_like(pgd, 0.5)
+            out.append(xr.Dataset({"transformer": ((dim, "seed"), tf), "preconditioned_gd": ((dim, "seed"), pgd),
+                                   "gd": ((dim, "seed"), pgd * gd_factor), "transformer_se": ((dim, "seed"), tf * 0.001)},
+                                  coords={dim: values}))
+        return out
+
+    assert_all_asserted_pass(E._sweep_checks(*sweeps()), 5)
+    bad = E._sweep_checks(*sweeps(tf_factor=1.2, gd_factor=0.5, depth_helps=False))
+    assert [c.verdict for c in bad] == ["FAIL"] * 5
+
+
+def test_zhang_fig1_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
+    from jaxicl.experiments import zhang2023 as Z
+
+    g = Z.SIZES["quick"].gpt2
+    tests = ["identity"] + [f"c={c:g}" for c in g.cs]
+    M = np.arange(2 * max(g.Ns) + 1)
+    lsa = {"identity": (0.4444, 0.44441), "c=1": (0.3333, 0.33331), "c=4": (25.33, 25.331), "c=9": (387.0, 387.01)}
+
+    def fig1(untrained=False, random_better=True, spike=True, lsa_level=0.3):
+        err = np.zeros((2, len(g.Ns), len(tests), M.size))
+        for ci, cov in enumerate(Z.FIG1_TRAIN):
+            for ni, N in enumerate(g.Ns):
+                for ti, t in enumerate(tests):
+                    scale = {"identity": 1.0, "c=1": 1.0, "c=4": 4.0, "c=9": 9.0}[t]
+                    worse = 1.3 if (cov == "fixed") == random_better and t not in ("identity", "c=1") else 1.0
+                    curve = scale * worse * np.maximum(lsa_level * 0.5, 1.0 - M / N)
+                    curve[M >= N] *= 2.0 if spike else 0.5
+                    err[ci, ni, ti] = np.full(M.size, scale) if untrained else curve
+        zero = np.array([[{"identity": 1.0, "c=1": 1.0, "c=4": 4.0, "c=9": 9.0}[t]] * M.size for t in tests])
+        dims = ("train_covariance", "N", "test", "M")
+        return xr.Dataset({"error": (dims, err), "error_se": (dims, err * 0.01), "ols": (dims[2:], zero * 0.1),
+                           "zero": (dims[2:], zero)},
+                          coords={"train_covariance": list(Z.FIG1_TRAIN), "N": list(g.Ns), "test": tests, "M": M})
+
+    good = Z.fig1_checks(fig1(), lsa, g)
+    assert_all_asserted_pass(good, 3 + len(g.cs))
+    assert all(c.seeds == 3 for c in good if c.claim.startswith("Fig. 1:") or "beats trained on identity" in c.claim)
+    bad = Z.fig1_checks(fig1(untrained=True, random_better=False, spike=False), lsa, g)
+    for part in ("learns in context", "beats the LSA limit", "beats trained on identity", "error spikes"):
+        assert_verdict(bad, part, "FAIL")
+    wrong_line = {k: (v[0] * 1.01, v[1]) for k, v in lsa.items()}  # the drawn line 1 % off the exact LSA loss
+    assert_verdict(Z.fig1_checks(fig1(), wrong_line, g), "Fig. 1 LSA line", "FAIL")
