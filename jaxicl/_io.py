@@ -8,16 +8,31 @@ import tempfile
 from pathlib import Path
 
 
+def _file_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (0644 under umask 022): ``mkstemp`` creates
+    its file 0600, which would leave every output unreadable to the user's colleagues. Linux shows the umask in
+    /proc/self/status; elsewhere it is set and put back at once (``os.umask`` is the only portable way to read it)."""
+    try:
+        with open("/proc/self/status") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def atomic_output(path, suffix: str = ""):
     """Yield a temporary path next to ``path``; on success rename it onto ``path`` (atomic on POSIX),
-    on failure remove it. Readers never see a half-written file."""
+    on failure remove it. Readers never see a half-written file, and the file gets the permissions of any file
+    this process creates (the umask's), not ``mkstemp``'s private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -593,3 +593,29 @@ def test_zhang_fig1_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         assert_verdict(bad, part, "FAIL")
     wrong_line = {k: (v[0] * 1.01, v[1]) for k, v in lsa.items()}  # the drawn line 1 % off the exact LSA loss
     assert_verdict(Z.fig1_checks(fig1(), wrong_line, g), "Fig. 1 LSA line", "FAIL")
+
+
+# --- the tests themselves ----------------------------------------------------------------------------------------
+def test_no_test_asserts_something_that_cannot_fail():
+    """No `assert_allclose(...) and assert_allclose(...)` (the first returns None: the second never runs), no
+    `assert` on a non-empty tuple, list or string, no `assert` on a numpy.testing call, and no bare comparison
+    left without its `assert`."""
+    import ast
+    from pathlib import Path
+
+    bad = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Assert):
+                t = node.test
+                if isinstance(t, (ast.Tuple, ast.List, ast.JoinedStr)) or (isinstance(t, ast.Constant) and t.value):
+                    bad.append(f"{where}: assert on a value that is always true")
+                if any(isinstance(c, ast.Call) and "assert_" in ast.unparse(c.func) for c in ast.walk(t)):
+                    bad.append(f"{where}: assert on a numpy.testing call (returns None)")
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.BoolOp) and any(
+                    isinstance(v, ast.Call) and "assert" in ast.unparse(v.func) for v in node.value.values):
+                bad.append(f"{where}: assertions chained with and/or (the first returns None)")
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Compare):
+                bad.append(f"{where}: a comparison whose result is dropped (assert missing)")
+    assert bad == []

@@ -74,3 +74,22 @@ def test_gradient_flow_save_times_and_first_step_are_checked_on_the_host(kwargs,
     would keep it out of the persistent compilation cache, so they are switched off while it traces)."""
     with pytest.raises(ValueError, match=match):
         icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 10.0, **kwargs)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_outputs_get_the_umasks_permissions(tmp_path, umask):
+    """Atomic writes go through a temporary file (created 0600); the result has a new file's mode under the
+    process's umask, so that a colleague can read a shared report (0644 under umask 022)."""
+    import os
+    import stat
+
+    from jaxicl._io import atomic_write_text
+
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "report.md", "x")
+        (tmp_path / "plain").write_text("x")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / "report.md").stat().st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain").stat().st_mode)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Check:
 
 
 def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, holds: bool, assert_if: bool = True,
-          reason: str = "", seeds: int | None = None) -> Check:
+                reason: str = "", seeds: int | None = None) -> Check:
     """A claim of a paper: asserted where ``assert_if`` (e.g. at ``--full``, where the run is the paper's size),
     elsewhere "not reproduced" when it fails, for ``reason``."""
     return Check(claim, predicted, simulated, tolerance, bool(holds), asserted=bool(assert_if),
@@ -97,10 +98,8 @@ def headline(checks) -> str:
 def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
     """Probability that a Monte-Carlo comparison ``|sim − pred| ≤ n_se·se`` FAILs when the simulation is off by a
     relative ``error`` (``sim`` ~ N((1 + error)·pred, se²)): Φ(e − n_se) + Φ(−e − n_se), e = error·|pred|/se."""
-    from math import erf, sqrt
-
     e = error * np.abs(np.asarray(pred, float)) / np.asarray(se, float)
-    phi = np.vectorize(lambda x: 0.5 * (1 + erf(x / sqrt(2))))
+    phi = np.vectorize(NormalDist().cdf)
     return phi(e - n_se) + phi(-e - n_se)
 
 
@@ -112,7 +111,6 @@ def powered_mean_and_se(draw, key, pred, n_se: float = 3.0, power: float = 0.95,
     ⌈(se / se_needed)²⌉ blocks in all (keys ``fold_in(key, i)``, at most ``max_blocks``) reach the needed se. Every
     block has the same shape, so one compiled program draws them all."""
     import jax
-    from statistics import NormalDist
 
     blocks = [np.asarray(draw(key), float)]
     se_needed = error * abs(float(pred)) / (n_se + NormalDist().inv_cdf(power))
