@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _validate
+
 __all__ = ["sensitivity", "finite_difference"]
 
 
@@ -72,6 +74,7 @@ def sensitivity(outcome: Callable[..., jax.Array], at: Mapping, *, mode: str = "
 def finite_difference(outcome: Callable[..., jax.Array], at: Mapping, *, eps: float = 1e-6) -> dict:
     """Central differences (f(x + h e_i) − f(x − h e_i)) / 2h of ``outcome(**at)`` for every scalar entry of every
     argument, h = ``eps``·|x_i| (``eps`` where x_i = 0): the check of :func:`sensitivity` (use float64)."""
+    _validate.real("finite_difference: eps", eps, gt=0)
     args = _real_arguments(at)
     f = jax.jit(lambda kwargs: outcome(**kwargs))  # one compilation for every evaluation
     out = {}

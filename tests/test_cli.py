@@ -21,9 +21,9 @@ def test_unknown_name_is_an_error(capsys):
 
 # paper -> (the number of asserted checks at quick size, a data file, variables or dimensions it must hold)
 PAPERS = {
-    "zhang2023": (25, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
+    "zhang2023": (23, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
     "ahn2023": (19, "depth.nc", lambda ds: set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}),
-    "gatmiry2024": (22, "fig1_gaussian_x.nc", lambda ds: set(ds.dims) >= {"kappa", "depth", "looped", "seed"}),
+    "gatmiry2024": (21, "fig1_gaussian_x.nc", lambda ds: set(ds.dims) >= {"kappa", "depth", "looped", "seed"}),
     "yang2024": (27, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
     "algoformer": (8, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
 }

@@ -55,22 +55,3 @@ def test_algoformer_fig2_claims_hold_for_three_seeds(task, seed, tmp_path, monke
     (part,) = A.run_parts([task], "quick", tmp_path)
     _assert_pass(_seeded(A.fig2_checks(cfg, part.datasets["fig2"], (task,))), seed)
 
-
-@pytest.mark.slow  # about 5 minutes a seed: the whole paper (its training rows are the seeded ones)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_ahn_training_claims_hold_for_three_seeds(seed, tmp_path, monkeypatch):
-    from jaxicl.experiments import ahn2023 as E
-
-    monkeypatch.setitem(E.SIZES, "quick", dataclasses.replace(E.SIZES["quick"], seed=seed))
-    _assert_pass(_seeded(E.run("quick", tmp_path).checks), seed)
-
-
-@pytest.mark.slow  # about 10 minutes a seed (six transformers)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_yang_transformer_claims_hold_for_three_seeds(seed, tmp_path):
-    from jaxicl.experiments import yang2024 as E
-
-    tc = E.SIZES["quick"].transformer
-    with jax.enable_x64(False):
-        ds = E.train_transformers(tc, jax.random.fold_in(jax.random.PRNGKey(seed), 7), tmp_path)
-    _assert_pass(_seeded(E._transformer_checks(ds, tc)), seed)

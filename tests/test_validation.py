@@ -23,7 +23,7 @@ def test_bad_covariance(cov, match):
 
 
 def test_bad_dimensions_and_lengths():
-    with pytest.raises(ValueError, match="d >= 1"):
+    with pytest.raises(ValueError, match="d must be >= 1, got 0"):
         icl.tasks.LinearRegression(0, 5)
     with pytest.raises(ValueError, match="n_context"):
         icl.tasks.LinearRegression(2, 0)
@@ -33,7 +33,7 @@ def test_bad_dimensions_and_lengths():
         icl.tasks.LinearRegression(2, 5, weights="gaussian")
     with pytest.raises(ValueError, match="noise_std"):
         icl.tasks.LinearRegression(2, 5, noise_std=-1.0)
-    with pytest.raises(ValueError, match="d >= 1"):
+    with pytest.raises(ValueError, match="d must be >= 1, got 0"):
         icl.models.LinearSelfAttention.balanced_init(0, 0.1, jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match="scale"):
         icl.tasks.RandomDiagonalCovariance(2, scale=0.0)
@@ -93,3 +93,72 @@ def test_outputs_get_the_umasks_permissions(tmp_path, umask):
         os.umask(old)
     mode = stat.S_IMODE((tmp_path / "report.md").stat().st_mode)
     assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: icl.tasks.LinearRegression(d=2.7, n_context=4), r"d must be an integer, got 2\.7"),
+    (lambda: icl.tasks.LinearRegression(d=2, n_context=4.9), r"n_context \(N\) must be an integer, got 4\.9"),
+    (lambda: icl.tasks.LinearRegression(d="2", n_context=4), r"d must be an integer, got '2'"),
+    (lambda: icl.tasks.LinearRegression(d=2, n_context=4, noise_std=float("inf")), r"noise_std must be finite"),
+    (lambda: icl.tasks.LinearRegression(d=2, n_context=4, noise_std=-0.1), r"noise_std must be >= 0"),
+    (lambda: icl.models.LinearSelfAttention.balanced_init(2, float("nan"), jax.random.PRNGKey(0)), r"sigma must be finite"),
+    (lambda: icl.models.LinearSelfAttention.balanced_init(2, 0.0, jax.random.PRNGKey(0)), r"sigma must be > 0"),
+    (lambda: icl.models.LinearSelfAttention.random_init(2.5, 0.1, jax.random.PRNGKey(0)), r"random_init: d must be an integer"),
+])
+def test_constructors_refuse_bad_values_naming_the_argument(make, match):
+    """Integers are never truncated, scales are finite: the error names the argument and the value."""
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+def _lsa_flow_inputs():
+    task = icl.tasks.LinearRegression(2, 5)
+    return task, icl.models.LinearSelfAttention.balanced_init(2, 0.3, jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(rtol=-1.0), r"gradient_flow: rtol must be > 0, got -1\.0"),
+    (dict(atol=0.0), r"gradient_flow: atol must be > 0"),
+    (dict(rtol=float("nan")), r"gradient_flow: rtol must be finite"),
+    (dict(n_save=2.5), r"gradient_flow: n_save must be an integer"),
+    (dict(max_steps=0), r"gradient_flow: max_steps must be >= 1"),
+])
+def test_gradient_flow_refuses_bad_tolerances_before_any_work(kwargs, match):
+    """A negative tolerance made diffrax accept every step: the loss went up and no error was raised."""
+    task, model = _lsa_flow_inputs()
+    with pytest.raises((ValueError, TypeError), match=match):
+        icl.gradient_flow(lambda m: icl.population_loss(m, task), model, 20.0, **kwargs)
+    with pytest.raises(ValueError, match="t1"):
+        icl.gradient_flow(lambda m: icl.population_loss(m, task), model, float("inf"))
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(batch=2.5), r"mc_loss: batch must be an integer, got 2\.5"),
+                                           (dict(batch=0), r"mc_loss: batch must be >= 1"),
+                                           (dict(chunk_size=0), r"mc_loss: chunk_size must be >= 1"),
+                                           (dict(chunk_size=-1), r"mc_loss: chunk_size must be >= 1")])
+def test_mc_loss_refuses_a_fractional_or_empty_batch(kwargs, match):
+    """``batch=2.5`` drew 3 prompts and divided by 2.5 (a 1.2x bias)."""
+    task, model = _lsa_flow_inputs()
+    with pytest.raises((ValueError, TypeError), match=match):
+        icl.mc_loss(model, task, jax.random.PRNGKey(1), **kwargs)
+
+
+def test_finite_difference_needs_a_positive_step():
+    with pytest.raises(ValueError, match=r"finite_difference: eps must be > 0, got 0"):
+        icl.finite_difference(lambda x: x**2, {"x": jnp.asarray(1.0)}, eps=0)
+
+
+def test_a_nan_in_a_flow_names_the_first_saved_time_and_a_nan_gradient_is_not_called_stiffness():
+    import numpy as np
+
+    def nan_loss(th):  # θ(t) = e^{−t}: NaN from t = 0.5 on
+        return jnp.where(th[0] < np.exp(-0.5), jnp.nan, 0.5 * jnp.sum(th**2))
+
+    with pytest.raises(FloatingPointError, match=r"the loss is nan at the saved time t = 0\.5, the first saved time"):
+        icl.gradient_flow(nan_loss, jnp.ones(2), 2.0, ts=np.linspace(0, 2, 21))
+
+    def nan_gradient(th):  # the derivative of the untaken branch is NaN everywhere
+        return 0.5 * jnp.sum(th**2) + jnp.where(th[0] > 5.0, jnp.sqrt(-1.0 + 0 * th[0]), 0.0)
+
+    with pytest.raises(FloatingPointError, match=r"the gradient there is not finite .* \(not stiffness\)"):
+        icl.gradient_flow(nan_gradient, jnp.ones(2), 2.0, ts=np.linspace(0, 2, 21))

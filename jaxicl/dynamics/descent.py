@@ -17,19 +17,29 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 
 _DIVERGED_HINT = "Reduce the step size / learning rate or the initialization scale."
+# a loss beyond float32's range has diverged, in any precision: float64 would carry a diverging run on to 1e300
+# with finite numbers, where float32 overflows to inf; both are caught at the same point
+_LARGEST = float(np.finfo(np.float32).max)
+
+
+def _bounded(losses):
+    """Entries of ``losses`` that are finite and within float32's range (numpy or traced)."""
+    xp = jnp if isinstance(losses, jax.core.Tracer) else np
+    return xp.isfinite(losses) & (xp.abs(losses) <= _LARGEST)
 
 
 def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: int = 1):
-    """Raise ``FloatingPointError`` naming the first step whose ``what`` is not finite (``losses[i]`` is
-    step ``first_step + every · i``: ``every`` is the recording interval).
+    """Raise ``FloatingPointError`` naming the first step whose ``what`` is not finite, or beyond float32's range
+    (a diverging float64 run stays finite far longer than a float32 one; both are caught at the same point):
+    ``losses[i]`` is step ``first_step + every · i`` (``every`` is the recording interval).
 
     Under ``jit`` this is an ``eqx.error_if``, a host callback: JAX never writes a program holding one to the
     persistent compilation cache. Programs meant to be cached (the reproductions' sweeps) return
     :func:`first_nonfinite_step` instead and check it on the host."""
     if isinstance(losses, jax.core.Tracer):
-        return eqx.error_if(losses, ~jnp.all(jnp.isfinite(losses)), f"non-finite {what} during training")
+        return eqx.error_if(losses, ~jnp.all(_bounded(losses)), f"non-finite {what} during training")
     arr = np.asarray(losses)
-    bad = ~np.isfinite(arr)
+    bad = ~_bounded(arr)
     if bad.any():
         flat = bad.reshape(bad.shape[0], -1).any(axis=1) if arr.ndim > 1 else bad
         step = int(np.argmax(flat))
@@ -44,7 +54,7 @@ def first_nonfinite_step(losses, first_step: int = 0) -> Array:
     """``first_step`` + the index of the first entry of ``losses`` (along its leading axis) that is not finite, or
     −1 when all are. Traceable and free of host callbacks: a jitted or swept program returns it, and the host
     raises naming the step (:func:`raise_if_diverged` for a sweep's outputs)."""
-    bad = ~jnp.isfinite(losses).reshape(losses.shape[0], -1).all(axis=1)
+    bad = ~_bounded(jnp.asarray(losses)).reshape(losses.shape[0], -1).all(axis=1)
     return jnp.where(bad.any(), first_step + jnp.argmax(bad), -1)
 
 

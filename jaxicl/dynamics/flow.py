@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
+from .. import _validate
 from .descent import per_leaf
 
 ADJOINTS = {
@@ -138,9 +139,15 @@ def gradient_flow(
         :class:`FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
         flow diverges (outside ``jit``; inside ``jit`` an ``eqx.error_if`` runtime error).
     """
-    if isinstance(t1, jax.core.Tracer) or not t1 > 0:
-        raise ValueError(f"gradient_flow needs a Python float t1 > 0 (it fixes the solver's horizon; differentiate "
-                         f"the state at a time inside it through `ts`, or a stop_at_loss time), got {t1}.")
+    if isinstance(t1, jax.core.Tracer) or not t1 > 0 or not np.isfinite(t1):
+        raise ValueError(f"gradient_flow needs a finite Python float t1 > 0 (it fixes the solver's horizon; "
+                         f"differentiate the state at a time inside it through `ts`, or a stop_at_loss time), got {t1}.")
+    _validate.real("gradient_flow: rtol", rtol, gt=0)  # a tolerance <= 0 makes diffrax accept every step
+    _validate.real("gradient_flow: atol", atol, gt=0)
+    if ts is None:
+        _validate.integer("gradient_flow: n_save", n_save, low=2)
+    _validate.integer("gradient_flow: max_steps", max_steps)
+    _validate.real("gradient_flow: divergence_threshold", divergence_threshold, gt=0, finite=False)
     if isinstance(adjoint, str):
         if adjoint not in ADJOINTS:
             raise ValueError(f"unknown adjoint {adjoint!r}; choose one of {sorted(ADJOINTS)} or pass a diffrax adjoint.")
@@ -317,6 +324,20 @@ def _stages(solver) -> int:
     return tableau.num_stages - (1 if tableau.fsal else 0)
 
 
+def _first_nonfinite_save(sol: FlowSolution):
+    """(time, "the loss is …" or "the gradient norm is …", " in flow (i,)" for a batch) at the first saved time
+    whose loss or gradient norm is not finite, the earliest over every flow of a batch; None when all are finite."""
+    losses, grads = np.asarray(sol.losses, float), np.asarray(sol.grad_norms, float)
+    bad = ~np.isfinite(losses) | ~np.isfinite(grads)
+    if not bad.any():
+        return None
+    ts = np.broadcast_to(np.asarray(sol.ts, float), bad.shape)
+    t_bad = np.where(bad, ts, np.inf)
+    at = np.unravel_index(np.argmin(t_bad), bad.shape)
+    what = (f"the loss is {losses[at]:g}" if not np.isfinite(losses[at]) else f"the gradient norm is {grads[at]:g}")
+    return float(ts[at]), what, "" if bad.ndim == 1 else f" in flow {tuple(int(i) for i in at[:-1])}"
+
+
 def check_flow(sol: FlowSolution) -> FlowSolution:
     """``sol`` unchanged if its flow (every flow, for a batch) neither diverged nor failed; else raise
     ``FloatingPointError`` (divergence) or ``RuntimeError`` (solver failure) naming the time and the quantity.
@@ -324,18 +345,34 @@ def check_flow(sol: FlowSolution) -> FlowSolution:
     if isinstance(sol.diverged, jax.core.Tracer):
         sol = eqx.error_if(sol, sol.diverged, "gradient flow diverged (non-finite or exploding loss, parameters or "
                            "gradient); call gradient_flow outside jit to get the time and the quantity.")
-        return eqx.error_if(sol, sol.solver_failed, "gradient flow stopped before t1 (solver failure); for stiff flows "
-                            "use solver='kvaerno5' or raise max_steps.")
+        return eqx.error_if(sol, sol.solver_failed, "gradient flow stopped before t1 (solver failure: a stiff flow, "
+                            "or a NaN in the gradient); call gradient_flow outside jit to tell which, or try "
+                            "solver='kvaerno5' or a larger max_steps.")
     t = float(np.max(np.asarray(sol.t_final)))
-    if bool(np.any(np.asarray(sol.diverged))):
+    diverged, failed = bool(np.any(np.asarray(sol.diverged))), bool(np.any(np.asarray(sol.solver_failed)))
+    if not (diverged or failed):
+        return sol
+    final_grad = np.asarray(sol.grad_norms, float)[..., -1]  # the saves after a stop hold the final state
+    if failed and not diverged and not np.all(np.isfinite(final_grad)):
+        raise FloatingPointError(
+            f"gradient flow stopped at t = {t:.6g} before t1: the gradient there is not finite (norm {final_grad}), "
+            "so the solver could not step past it (not stiffness). Check the loss for NaN in its derivative (e.g. "
+            "jnp.where over a branch that is NaN, a sqrt or log at 0).")
+    first_bad = _first_nonfinite_save(sol)
+    if first_bad is not None:
+        t_bad, what, where = first_bad
+        stuck = "" if diverged else " (the solver could not step past it)"
+        raise FloatingPointError(
+            f"gradient flow hit a non-finite value{where}: {what} at the saved time t = {t_bad:.6g}, the first saved "
+            f"time at which it appears{stuck}. Check the loss for NaN (a log or a division at these parameters), or "
+            "reduce the initialization scale or the time horizon.")
+    if diverged:
         # the save times after the stop hold the final state, so the last saved loss is the final one
         loss = np.asarray(sol.losses)[..., -1]
         batch = np.ndim(sol.t_final)  # leading axes of a vmapped batch of flows
         leaves = jax.tree_util.tree_leaves(eqx.filter(sol.final, eqx.is_inexact_array))
         norm = np.sqrt(sum(np.sum(np.asarray(x, float) ** 2, axis=tuple(range(batch, np.ndim(x)))) for x in leaves))
-        if not np.all(np.isfinite(loss)):
-            what = f"loss = {loss}"
-        elif not np.all(np.isfinite(norm)):
+        if not np.all(np.isfinite(norm)):
             what = f"‖θ‖ = {norm}"
         else:
             what = (f"‖∇L‖ grew from {np.asarray(sol.grad_norms)[..., 0]} to {np.asarray(sol.grad_norms)[..., -1]}, "
@@ -344,7 +381,7 @@ def check_flow(sol: FlowSolution) -> FlowSolution:
             f"gradient flow diverged at t = {t:.6g}: {what}. Reduce the initialization scale or the time "
             "horizon; the loss has no finite minimizer along this trajectory."
         )
-    if bool(np.any(np.asarray(sol.solver_failed))):
+    if failed:
         raise RuntimeError(
             f"gradient flow stopped at t = {t:.6g} before t1 (diffrax: {sol.result}). For stiff flows use "
             "solver='kvaerno5', or raise max_steps / loosen rtol."

@@ -620,10 +620,13 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     m = ds.test_loss.mean("seed")
     checks = []
     multi, loop = m.sel(looped=0).values, m.sel(looped=1).values  # (kappa, depth)
-    checks.append(Check("Fig. 1: depth helps: loss at the largest L below half the loss at L = 1, every κ and architecture",
-                        "decreasing in L", f"L = 1: {fmt(multi[:, 0], 3)}; L = {max(cfg.depths)}: {fmt(multi[:, -1], 3)} (multilayer), "
-                        f"{fmt(loop[:, -1], 3)} (looped)", "ratio < 0.5", bool(np.all(multi[:, -1] < 0.5 * multi[:, 0]) and np.all(loop[:, -1] < 0.5 * loop[:, 0])),
-                        seeds=3))
+    checks.append(paper_claim(
+        "Fig. 1: depth helps: loss at the largest L below half the loss at L = 1, every κ and architecture",
+        "decreasing in L", f"L = 1: {fmt(multi[:, 0], 3)}; L = {max(cfg.depths)}: {fmt(multi[:, -1], 3)} (multilayer), "
+        f"{fmt(loop[:, -1], 3)} (looped)", "ratio < 0.5",
+        bool(np.all(multi[:, -1] < 0.5 * multi[:, 0]) and np.all(loop[:, -1] < 0.5 * loop[:, 0])), trained_as_paper(cfg),
+        f"{cfg.steps} Adam steps (--full: {SIZES['full'].steps}); at this length the looped model's heavy-tailed "
+        "Gaussian-X loss at κ = 8 stays above half for some seeds"))
     checks.append(Check("Fig. 1: more task diversity costs more: at L = 1 the loss increases with κ (both architectures)",
                         "increasing in κ", f"multilayer {fmt(multi[:, 0], 3)}, looped {fmt(loop[:, 0], 3)}", "strict",
                         bool(np.all(np.diff(multi[:, 0]) > 0) and np.all(np.diff(loop[:, 0]) > 0)), seeds=3))

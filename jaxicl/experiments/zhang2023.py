@@ -237,6 +237,12 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
                **{f"steps_per_second_{k}": v for k, v in speed.items()}})
 
 
+def trained_as_paper(g: GPT2Config) -> bool:
+    """Whether Fig. 1's transformers train as long as the paper's (500k steps, ``--full``): only then is the
+    ordering of the two training covariances asserted; a shorter run shows it "not reproduced" where it fails."""
+    return g.steps >= SIZES["full"].gpt2.steps
+
+
 def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
     checks = []
     dev = max(abs(ex - line) / line for line, ex in lsa.values())
@@ -260,9 +266,11 @@ def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
     for c in g.cs[1:]:
         t = f"c={c:g}"
         e = {cov: float(at_N[(cov, N)].sel(test=t)) for cov in FIG1_TRAIN}
-        checks.append(Check(f"Fig. 1 ({t}): trained on random covariance beats trained on identity at M = N − 1 = {N - 1}",
-                            "random < fixed (paper)", ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()), "strict",
-                            e["random"] < e["fixed"], seeds=3))
+        checks.append(paper_claim(
+            f"Fig. 1 ({t}): trained on random covariance beats trained on identity at M = N − 1 = {N - 1}",
+            "random < fixed (paper)", ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()), "strict",
+            e["random"] < e["fixed"], trained_as_paper(g),
+            f"{g.steps:,} training steps (paper: 500,000); at 3,000 it holds for some seeds and not others"))
     spikes = {}
     for (cov, n), _ in at_N.items():
         curve = ds.error.sel(train_covariance=cov, N=n, test=own[cov])

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _validate
+
 _REGISTRY: dict[tuple[type, type], Callable] = {}
 
 
@@ -83,9 +85,8 @@ def mc_loss(
     Prompts are drawn ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded for
     any ``batch``. With ``return_stderr=True`` returns ``(mean, standard_error)``.
     """
-    if batch < 1:
-        raise ValueError(f"mc_loss needs batch >= 1, got {batch}.")
-    chunk = min(int(chunk_size), int(batch))
+    batch = _validate.integer("mc_loss: batch", batch)
+    chunk = min(_validate.integer("mc_loss: chunk_size", chunk_size), batch)
     n_chunks = math.ceil(batch / chunk)
 
     predict = getattr(model, "predict_batch", None) or jax.vmap(model.predict)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _validate
 from ..tasks.linear_regression import Prompt, embed
 
 
@@ -75,8 +76,8 @@ class LinearSelfAttention(eqx.Module):
         With ``task`` (a ``LinearRegression`` with a fixed covariance), warns when σ violates
         Thm 4.1's condition σ²‖Γ‖_op√d < 2; the model is returned either way.
         """
-        if int(d) < 1:
-            raise ValueError(f"balanced_init needs d >= 1, got d={d}.")
+        d = _validate.integer("balanced_init: d", d)
+        _validate.real("balanced_init: sigma", sigma, gt=0)
         if task is not None:
             _warn_if_sigma_too_large(sigma, task)
         dtype = dtype or jnp.result_type(float)
@@ -90,8 +91,8 @@ class LinearSelfAttention(eqx.Module):
     @classmethod
     def random_init(cls, d: int, scale: float, key: PRNGKeyArray, dtype=None):
         """Generic init: every entry of W^KQ and W^PV iid N(0, scale²)."""
-        if int(d) < 1:
-            raise ValueError(f"random_init needs d >= 1, got d={d}.")
+        d = _validate.integer("random_init: d", d)
+        _validate.real("random_init: scale", scale, ge=0)
         dtype = dtype or jnp.result_type(float)
         k1, k2 = jax.random.split(key)
         shape = (d + 1, d + 1)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _validate
 from .covariance import CovariancePrior, FixedCovariance, ScaledIdentityCovariance, _is_concrete
 
 WEIGHTS = ("isotropic", "inverse_covariance")
@@ -69,10 +70,8 @@ class LinearRegression(eqx.Module):
         weights: Literal["isotropic", "inverse_covariance"] = "isotropic",
         noise_std=0.0,
     ):
-        if int(d) < 1:
-            raise ValueError(f"LinearRegression needs d >= 1, got d={d}.")
-        if int(n_context) < 1:
-            raise ValueError(f"LinearRegression needs n_context (N) >= 1, got {n_context}.")
+        d = _validate.integer("LinearRegression: d", d)
+        n_context = _validate.integer("LinearRegression: n_context (N)", n_context)
         if weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}.")
         if covariance is None:
@@ -83,9 +82,7 @@ class LinearRegression(eqx.Module):
             raise ValueError(
                 f"covariance is {covariance.d}-dimensional but the task has d={d}."
             )
-        noise_std = jnp.asarray(noise_std, dtype=float)
-        if _is_concrete(noise_std) and not float(noise_std) >= 0:
-            raise ValueError(f"noise_std must be >= 0, got {float(noise_std)}.")
+        noise_std = jnp.asarray(_validate.real("LinearRegression: noise_std", noise_std, ge=0), dtype=float)
         self.d = int(d)
         self.n_context = int(n_context)
         self.covariance = covariance
