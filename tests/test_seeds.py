@@ -55,3 +55,14 @@ def test_algoformer_fig2_claims_hold_for_three_seeds(task, seed, tmp_path, monke
     (part,) = A.run_parts([task], "quick", tmp_path)
     _assert_pass(_seeded(A.fig2_checks(cfg, part.datasets["fig2"], (task,))), seed)
 
+
+
+@pytest.mark.slow  # about 10 minutes a seed on 2 cores (six transformers)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_yang_transformer_claims_hold_for_three_seeds(seed, tmp_path):
+    from jaxicl.experiments import yang2024 as E
+
+    tc = E.SIZES["quick"].transformer
+    with jax.enable_x64(False):
+        ds = E.train_transformers(tc, jax.random.fold_in(jax.random.PRNGKey(seed), 7), tmp_path)
+    _assert_pass(_seeded(E._transformer_checks(ds, tc)), seed)
