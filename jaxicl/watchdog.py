@@ -51,19 +51,48 @@ IDLE_CPU_FRACTION = 0.01
 _TICK = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit of CPU time
 
 
+def process_stopped(pid: int | str = "self") -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z: state ``T``) or stopped by a tracer (``t``); False where
+    there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 class IdleClock:
     """Seconds a process has been idle, from successive readings of its CPU time: idle while it has used at most
     :data:`IDLE_CPU_FRACTION` of one CPU, plus one clock tick, since the clock last restarted; a reading above that
-    restarts it (None readings: never idle)."""
+    restarts it (None readings: never idle).
 
-    def __init__(self, cpu: float | None):
+    Time in which the process could not run does not count: a reading taken while it is ``stopped`` (SIGSTOP,
+    Ctrl-Z), or more than ``max_gap`` seconds after the previous one (the watcher itself was stopped with it, or the
+    machine slept), restarts the clock. A process paused for minutes and continued with ``fg`` is not deadlocked."""
+
+    def __init__(self, cpu: float | None, max_gap: float | None = None):
         self.cpu, self.since = cpu, time.monotonic()
+        self.last, self.max_gap = self.since, max_gap
 
-    def idle_seconds(self, cpu: float | None) -> float:
+    def idle_seconds(self, cpu: float | None, stopped: bool = False) -> float:
         now = time.monotonic()
-        if cpu is None or self.cpu is None or cpu - self.cpu > IDLE_CPU_FRACTION * (now - self.since) + _TICK:
+        paused = stopped or (self.max_gap is not None and now - self.last > self.max_gap)
+        self.last = now
+        if (paused or cpu is None or self.cpu is None
+                or cpu - self.cpu > IDLE_CPU_FRACTION * (now - self.since) + _TICK):
             self.cpu, self.since = cpu, now
         return now - self.since
+
+
+def poll_seconds(stall_seconds: float) -> float:
+    """How often a watcher reads the CPU time: four times per stall, at least every 10 s."""
+    return min(10.0, stall_seconds / 4)
+
+
+def max_gap_seconds(stall_seconds: float) -> float:
+    """Readings further apart than this (two polls and a second) mean the watcher did not run in between: the process
+    (and the watcher with it) was stopped, or the machine slept."""
+    return 2 * poll_seconds(stall_seconds) + 1.0
 
 
 def restart_this_command(idle_seconds: float) -> None:
@@ -87,7 +116,7 @@ def restart_this_command(idle_seconds: float) -> None:
 def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
     threads have used (almost) no CPU time (:class:`IdleClock`) for ``stall_seconds`` (default
-    :data:`STALL_SECONDS`); it stops with the block. Nothing is watched where ``/proc`` is missing. Only for a process
+    :data:`STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z) does not count. Nothing is watched where ``/proc`` is missing. Only for a process
     that does its work itself: one that waits on others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
     if not stall > 0:
@@ -96,12 +125,12 @@ def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
 
     def watch():
         me = threading.get_native_id()
-        clock = IdleClock(process_cpu_seconds(exclude_thread=me))
-        while not done.wait(min(10.0, stall / 4)):
+        clock = IdleClock(process_cpu_seconds(exclude_thread=me), max_gap_seconds(stall))
+        while not done.wait(poll_seconds(stall)):
             idle = clock.idle_seconds(process_cpu_seconds(exclude_thread=me))
             if idle >= stall:
                 on_stall(idle)
-                clock = IdleClock(process_cpu_seconds(exclude_thread=me))  # an on_stall that returns: watch anew
+                clock = IdleClock(process_cpu_seconds(exclude_thread=me), max_gap_seconds(stall))  # watch anew
 
     thread = None
     if process_cpu_seconds() is not None:

@@ -319,6 +319,64 @@ def test_a_process_that_deadlocks_is_started_again_once_then_stopped(tmp_path):
             pass
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
+def test_a_stopped_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypatch):
+    """Ctrl-Z then ``fg``: time in which a process is stopped (SIGSTOP) does not count as idle, for the watchdog of a
+    plain ``jaxicl reproduce``/``sweep`` (its thread is stopped with it) and for a ``--jobs`` parent that watches a
+    stopped child (``/proc`` state T). Each is stopped for three times the stall, then finishes its work."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    import jaxicl.experiments as E
+    from jaxicl import watchdog
+
+    marker = tmp_path / "sleeping"
+    # busy, then idle for less than the stall (a host-side wait), stopped there for three stalls, then busy again
+    work = ("import time\nfrom jaxicl.watchdog import watching\ndef busy(s):\n    t = time.process_time()\n"
+            "    while time.process_time() < t + s: pass\nwith watching(stall_seconds=1.0):\n    busy(0.5)\n"
+            f"    open({str(marker)!r}, 'w').close()\n    time.sleep(0.7)\n    busy(1.0)\nprint('done')\n")
+    p = subprocess.Popen([sys.executable, "-c", work], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not marker.exists():
+        time.sleep(0.01)
+    time.sleep(0.4)  # the watcher has read the CPU time in the idle spell: it counts from there
+    p.send_signal(signal.SIGSTOP)
+    time.sleep(3.0)
+    assert watchdog.process_stopped(p.pid)
+    p.send_signal(signal.SIGCONT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and out == "done\n" and "no CPU time" not in err
+
+    monkeypatch.setattr(E, "STALL_SECONDS", 1.0)
+    pid_file = tmp_path / "pid"
+    child = [sys.executable, "-c", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+             "t = time.process_time()\nwhile time.process_time() < t + 1.5: pass"]
+    status = []
+    watcher = threading.Thread(target=lambda: status.append(E._run_watched(child, "stopped")))
+    watcher.start()
+    while not pid_file.exists() or not pid_file.read_text():
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(3.0)
+    os.kill(pid, signal.SIGCONT)
+    watcher.join(timeout=60)
+    assert status == [0]  # not None: it was not taken for deadlocked and killed
+    # the clock itself: a reading while stopped, or one long after the last (the watcher was stopped too), restarts it
+    now = [time.monotonic()]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    clock = watchdog.IdleClock(0.0, max_gap=1.0)
+    now[0] += 0.8
+    assert clock.idle_seconds(0.0) == pytest.approx(0.8)
+    now[0] += 0.8
+    assert clock.idle_seconds(0.0) == pytest.approx(1.6)  # idle: counted
+    now[0] += 5.0
+    assert clock.idle_seconds(0.0) == 0.0  # a gap of 5 s: not observed, not counted
+    now[0] += 0.8
+    assert clock.idle_seconds(0.0, stopped=True) == 0.0
+
+
 def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tmp_path, monkeypatch):
     """The command's own process is watched where it runs the papers itself (no ``--jobs``, or one paper); a
     ``--jobs`` parent, which waits on its children (each watched by it), and a ``--jobs`` child are not."""

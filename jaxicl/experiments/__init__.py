@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
-from ..watchdog import STALL_SECONDS, IdleClock, process_cpu_seconds
+from ..watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
 from .budget import TimeBudget
 from .report import Check, PaperResult, PartResult, headline, render_markdown
 
@@ -187,19 +187,19 @@ def child_environment() -> dict[str, str]:
 
 
 def _run_watched(cmd: list[str], name: str) -> int | None:
-    """Run ``cmd``; its exit status, or None if it used no CPU time for :data:`STALL_SECONDS` (Linux): then it is
-    sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
+    """Run ``cmd``; its exit status, or None if it used no CPU time for :data:`STALL_SECONDS` (Linux; time in which it
+    or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
     import signal
     import subprocess
 
     proc = subprocess.Popen(cmd, env=child_environment())
-    clock = IdleClock(process_cpu_seconds(proc.pid))
+    clock = IdleClock(process_cpu_seconds(proc.pid), max_gap_seconds(STALL_SECONDS))
     while True:
         try:
-            return proc.wait(timeout=min(10.0, STALL_SECONDS / 4))
+            return proc.wait(timeout=poll_seconds(STALL_SECONDS))
         except subprocess.TimeoutExpired:
             pass
-        idle = clock.idle_seconds(process_cpu_seconds(proc.pid))
+        idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
         if idle >= STALL_SECONDS:
             print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
                   "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
