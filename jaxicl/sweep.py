@@ -15,7 +15,13 @@ buffer assignment is the measure), so a grid too large for one program on a GPU 
 With ``out=DIR`` every finished chunk is written atomically (``chunk_XXXXX.npz``) next to a
 ``config.json`` fingerprint; running the same sweep again loads finished chunks and computes only
 the rest, so an interrupted sweep loses no finished work. A different grid, chunk size, function or
-``meta`` under the same ``out`` is an error.
+``meta`` under the same ``out`` is an error, and so is an unreadable ``config.json``. Each chunk file records the grid
+positions it holds and its sweep's config: one that is unreadable (truncated), of other positions (copied) or of
+another sweep is computed again and rewritten, with a :class:`ResumeWarning` naming it; it is never used.
+
+The grid is checked before any work: axes of finite numbers; and the outputs of all its points must fit in memory,
+checked once the program is compiled, before any chunk runs (each chunk's points are computed when it runs, so the
+grid itself is never built whole).
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import os
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -32,9 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._io import atomic_output, atomic_write_text
+from ._io import atomic_output, atomic_write_text, writable_directory
 
-__all__ = ["sweep", "flatten_grid", "SweepConfigError"]
+__all__ = ["sweep", "flatten_grid", "SweepConfigError", "ResumeWarning"]
 
 
 class SweepConfigError(ValueError):
@@ -42,27 +50,69 @@ class SweepConfigError(ValueError):
 
 
 def _axis_values(name, values) -> np.ndarray:
-    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values)
-    if arr.ndim != 1:
-        raise SweepConfigError(f"grid axis {name!r} must be a 1-D list of values, got shape {arr.shape}.")
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise SweepConfigError(f"grid axis {name!r} must be a list of numbers, got {values!r}.")
+    try:
+        arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values)
+    except (ValueError, TypeError):  # ragged: numpy's "inhomogeneous shape"
+        arr = np.asarray(list(values), dtype=object)
+    if arr.ndim != 1 or arr.dtype == object:
+        bad = next((i for i, v in enumerate(values) if np.ndim(v) != 0), None)
+        where = f": entry {bad} is {values[bad]!r}" if bad is not None and arr.ndim == 1 else f", got shape {arr.shape}"
+        raise SweepConfigError(f"grid axis {name!r} must be a flat list of numbers{where}.")
     if arr.size == 0:
         raise SweepConfigError(f"grid axis {name!r} is empty.")
     if arr.dtype.kind not in "biuf":
         raise SweepConfigError(f"grid axis {name!r} must hold numbers, got dtype {arr.dtype}.")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise SweepConfigError(f"grid axis {name!r} must hold finite numbers: entry {bad} is {arr[bad]}.")
     if arr.dtype.kind == "b":
         arr = arr.astype(np.int32)
     return arr
 
 
-def flatten_grid(grid: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(axes, points): each axis's values, and each axis's value at every point of the product
-    (C order: the last axis varies fastest)."""
+def host_memory_bytes() -> int:
+    """This machine's physical memory."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _check_fits(what: str, need: int, limit: int | None) -> None:
+    """A :class:`SweepConfigError` if ``need`` bytes exceed ``limit`` (default: half of this machine's memory)."""
+    allowed = "allowed" if limit is not None else "allowed (half of this machine's memory)"
+    limit = int(0.5 * host_memory_bytes()) if limit is None else limit
+    if need > limit:
+        raise SweepConfigError(f"{what} need {need / 2**30:.3g} GiB, more than the {limit / 2**30:.3g} GiB {allowed}: "
+                               "use fewer or shorter axes, or split the grid into several sweeps.")
+
+
+def _grid_axes(grid: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Each axis's values, checked (a flat, non-empty list of finite numbers)."""
+    if not isinstance(grid, Mapping):
+        raise SweepConfigError(f"the grid must be a mapping of axis name -> list of values, got {type(grid).__name__}.")
     if not grid:
         raise SweepConfigError("the grid has no axes.")
-    axes = {name: _axis_values(name, vals) for name, vals in grid.items()}
-    idx = np.meshgrid(*[np.arange(v.size) for v in axes.values()], indexing="ij")
-    points = {name: vals[i.reshape(-1)] for (name, vals), i in zip(axes.items(), idx)}
-    return axes, points
+    return {name: _axis_values(name, vals) for name, vals in grid.items()}
+
+
+def _points(axes: Mapping[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
+    """Each axis's value at the points ``index`` of the flattened product (C order: the last axis varies fastest)."""
+    idx = np.unravel_index(index, tuple(v.size for v in axes.values()))
+    return {name: vals[i] for (name, vals), i in zip(axes.items(), idx)}
+
+
+def flatten_grid(grid: Mapping[str, Any], max_bytes: int | None = None
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(axes, points): each axis's values, and each axis's value at every point of the product
+    (C order: the last axis varies fastest). The grid's size is checked before the points are built: they may
+    use at most ``max_bytes`` (default: half of this machine's memory). :func:`sweep` never builds them all: it
+    computes each chunk's points when it runs it."""
+    axes = _grid_axes(grid)
+    n_points = math.prod(v.size for v in axes.values())
+    shape = " x ".join(str(v.size) for v in axes.values())
+    _check_fits(f"the grid's {n_points:,} points ({shape})",
+                n_points * sum(v.dtype.itemsize + 8 for v in axes.values()), max_bytes)
+    return axes, _points(axes, np.arange(n_points))
 
 
 def _code_digest(code, h=None):
@@ -93,12 +143,22 @@ def _fingerprint(run_fn, axes, chunk_size, meta) -> dict:
 def _prepare_out(out: Path, fingerprint: dict) -> int | None:
     """Check that ``out`` holds this sweep (or nothing yet); return the chunk size its chunks were written with
     (None for a new sweep; the caller writes ``config.json`` once it has chosen one)."""
+    try:
+        writable_directory(out, "the sweep's directory")
+    except ValueError as e:
+        raise SweepConfigError(str(e)) from None
     cfg = out / "config.json"
     if not cfg.exists():
-        out.mkdir(parents=True, exist_ok=True)
         return None
-    old = json.loads(cfg.read_text())
-    points = old.pop("chunk_points", old.get("chunk_size"))
+    try:
+        old = json.loads(cfg.read_text())
+        points = int(old.pop("chunk_points", old.get("chunk_size")))
+        if points < 1:
+            raise ValueError
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError):
+        raise SweepConfigError(
+            f"{cfg} is unreadable or not a sweep's config.json (truncated or overwritten?). Delete {out} to start the "
+            "sweep over, or use another `out` directory.") from None
     new = json.loads(json.dumps(fingerprint))  # the same normalisation (tuples -> lists) as on disk
     if old != new:
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
@@ -106,7 +166,56 @@ def _prepare_out(out: Path, fingerprint: dict) -> int | None:
             f"{out} holds a different sweep (differs in: {', '.join(diff)}). Use another `out` "
             "directory, or delete this one to start over."
         )
-    return int(points)
+    return points
+
+
+class ResumeWarning(UserWarning):
+    """A file a resumed run found could not be used (unreadable, or of other points) and is computed again."""
+
+
+def _config_digest(fingerprint: dict, chunk_points: int) -> str:
+    """What a chunk file records of the sweep it belongs to: a hash of ``config.json``'s content."""
+    text = json.dumps({**json.loads(json.dumps(fingerprint)), "chunk_points": int(chunk_points)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _save_chunk(path: Path, names: list[str], leaves: list, lo: int, hi: int, digest: str) -> None:
+    """A chunk file: its outputs, the grid positions ``[lo, hi)`` it holds and the digest of its sweep's config."""
+    with atomic_output(path, ".npz") as tmp:
+        np.savez(tmp, names=json.dumps(names), positions=np.array([lo, hi]), config=digest,
+                 **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)})
+
+
+def _load_chunk(path: Path, lo: int, hi: int, digest: str, chunk_size: int, like: tuple | None):
+    """(names, leaves) of a finished chunk file after checking that it holds grid positions ``[lo, hi)`` of this
+    sweep (``digest``), ``chunk_size`` points per output, with the names, shapes and dtypes of the other chunks
+    (``like``); None, with a :class:`ResumeWarning` naming the file and why, if it does not (it is then computed
+    again and rewritten)."""
+    import warnings
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            files = set(f.files)
+            if not {"names", "positions", "config"} <= files:
+                why = "it records no grid positions (written by an older jaxicl, or not a chunk file)"
+            elif f["positions"].tolist() != [lo, hi]:
+                why = f"it holds grid positions {f['positions'].tolist()}, not [{lo}, {hi})"
+            elif str(f["config"]) != digest:
+                why = "it belongs to another sweep (its config differs from config.json)"
+            else:
+                names = json.loads(str(f["names"]))
+                leaves = [f[f"leaf_{i}"] for i in range(len(names))]
+                meta = (names, [(x.shape[1:], x.dtype) for x in leaves])
+                if any(x.shape[:1] != (chunk_size,) for x in leaves):
+                    why = f"its outputs do not have {chunk_size} points"
+                elif like is not None and meta != like:
+                    why = "its outputs' names, shapes or dtypes differ from the other chunks'"
+                else:
+                    return names, leaves
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:  # truncated, garbage
+        why = f"it is unreadable ({type(e).__name__}: {e})"
+    warnings.warn(f"{path}: {why}; computing these points again and rewriting it.", ResumeWarning, stacklevel=3)
+    return None
 
 
 def _leaf_names(tree) -> list[str]:
@@ -247,15 +356,23 @@ def sweep(
 
     from . import __version__
 
-    axes, points = flatten_grid(grid)
-    n_points = next(iter(points.values())).size
+    from . import _validate
+
+    if not callable(run_fn):
+        raise TypeError(f"run_fn must be a function of one grid point, got {run_fn!r}.")
+    if chunk_size is not None:
+        chunk_size = _validate.integer("sweep: chunk_size", chunk_size)
+    if memory_budget is not None:
+        memory_budget = _validate.integer("sweep: memory_budget", memory_budget, low=1)
+    axes = _grid_axes(grid)
+    n_points = math.prod(v.size for v in axes.values())
     devices = list(devices) if devices is not None else jax.devices()
+    if not devices:
+        raise SweepConfigError("devices is empty: pass at least one device (default: jax.devices()).")
     n_dev = len(devices)
     requested = chunk_size
     if chunk_size is None:
         chunk_size = min(1024, -(-n_points // n_dev) * n_dev)
-    if chunk_size < 1:
-        raise SweepConfigError(f"chunk_size must be >= 1, got {chunk_size}.")
     chunk_size = -(-int(chunk_size) // n_dev) * n_dev  # a multiple of the device count
 
     params = inspect.signature(run_fn).parameters
@@ -275,7 +392,7 @@ def sweep(
     def chunk_inputs(c):
         lo = c * chunk_size
         idx = np.minimum(np.arange(lo, lo + chunk_size), n_points - 1)  # pad by repeating the last point
-        local = {k: as_jax_dtype(v[idx]) for k, v in points.items()}
+        local = {k: as_jax_dtype(v) for k, v in _points(axes, idx).items()}
         return {
             k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
             for k, v in local.items()
@@ -290,16 +407,25 @@ def sweep(
 
     out_dir = Path(out) if out is not None else None
     fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else chunk_size, meta)
-    dtypes = tuple((k, as_jax_dtype(v[:1]).dtype) for k, v in points.items())
+    dtypes = tuple((k, as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
+
+    def check_outputs_fit(chunk_bytes: int) -> None:  # before the second chunk runs
+        point_bytes = chunk_bytes // chunk_size
+        shape = " x ".join(str(v.size) for v in axes.values())
+        _check_fits(f"the outputs of the grid's {n_points:,} points ({shape}; {point_bytes:,} bytes each, gathered on "
+                    "the host and stacked)", 2 * n_points * point_bytes, None)
     stored = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
     program = None
     if stored is not None:  # resuming: the chunks on disk fix the chunk size
         chunk_size = stored
     else:
         chunk_size, program = _fitting_chunk(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key, budget)
+        check_outputs_fit(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize
+                              for x in jax.tree_util.tree_leaves(program.out_info)))
         if out_dir is not None and jax.process_index() == 0:
             atomic_write_text(out_dir / "config.json", json.dumps({**fingerprint, "chunk_points": chunk_size}, indent=1))
     n_chunks = -(-n_points // chunk_size)
+    digest = _config_digest(fingerprint, chunk_size)
 
     if progress is None:
         progress = sys.stderr.isatty()
@@ -309,25 +435,27 @@ def sweep(
 
         bar = tqdm(total=n_points, unit="pt", desc="sweep", smoothing=0.1)
 
-    results, names = [], None
+    results, names, like = [], None, None
     for c in range(n_chunks):
+        lo, hi = c * chunk_size, min((c + 1) * chunk_size, n_points)
         path = out_dir / f"chunk_{c:05d}.npz" if out_dir is not None else None
-        if path is not None and path.exists():
-            with np.load(path) as f:
-                leaves = [f[f"leaf_{i}"] for i in range(len(f.files) - 1)]
-                chunk_names = json.loads(str(f["names"]))
+        stored = _load_chunk(path, lo, hi, digest, chunk_size, like) if path is not None and path.exists() else None
+        if stored is not None:
+            chunk_names, leaves = stored
         else:
             program = program or _compiled(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key)
             tree = gather(program(chunk_inputs(c), base_key))
             leaves = jax.tree_util.tree_leaves(tree)
             chunk_names = _leaf_names(tree)
             if path is not None and jax.process_index() == 0:
-                with atomic_output(path, ".npz") as tmp:
-                    np.savez(tmp, names=json.dumps(chunk_names), **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)})
+                _save_chunk(path, chunk_names, leaves, lo, hi, digest)
+        if names is None and stored is not None and program is None:  # resuming: the first chunk read tells
+            check_outputs_fit(sum(np.asarray(x).nbytes for x in leaves))
         names = names or chunk_names
+        like = like or (names, [(np.shape(x)[1:], np.asarray(x).dtype) for x in leaves])
         results.append(leaves)
         if bar is not None:
-            bar.update(min(chunk_size, n_points - c * chunk_size))
+            bar.update(hi - lo)
     if bar is not None:
         bar.close()
 

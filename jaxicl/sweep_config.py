@@ -48,7 +48,35 @@ DEFAULTS = {
 
 
 class ConfigError(ValueError):
-    pass
+    """A sweep config that cannot run: the message names the section and key, the value and what is allowed."""
+
+
+# What each value may be, beyond its type: (checker, keyword arguments), with the checkers of jaxicl._validate.
+RANGES = {
+    "task.d": ("integer", {"low": 1}),
+    "task.kappa": ("real", {"ge": 1.0}),  # a condition number
+    "task.n_context": ("integer", {"low": 1}),
+    "model.sigma": ("real", {"gt": 0.0}),
+    "dynamics.t1": ("real", {"gt": 0.0}),
+    "dynamics.rtol": ("real", {"gt": 0.0}),
+    "dynamics.atol": ("real", {"gt": 0.0}),
+    "dynamics.n_save": ("integer", {"low": 2}),
+    "grid.kappa": ("real", {"ge": 1.0}),
+    "grid.n_context": ("integer", {"low": 1}),
+    "grid.seed": ("integer", {"low": 0}),
+    "outputs.chunk_size": ("integer", {"low": 1}),
+}
+
+
+def _check_range(where: str, value, rule: str):
+    """``value`` checked by ``RANGES[rule]``; a ConfigError naming ``where`` if it is out of range."""
+    from . import _validate
+
+    kind, kwargs = RANGES[rule]
+    try:
+        return getattr(_validate, kind)(where, value, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_type(where: str, value, typ):
@@ -68,6 +96,10 @@ def load_config(path) -> dict:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist.") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory: give the path of a TOML file.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {getattr(e, 'strerror', None) or e}.") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
     cfg = {}
@@ -93,12 +125,18 @@ def load_config(path) -> dict:
     sigma = cfg["model"]["sigma"]
     if isinstance(sigma, str) and sigma != "auto":
         raise ConfigError(f'model.sigma must be a number or "auto", got {sigma!r}.')
-    if cfg["task"]["d"] < 1:
-        raise ConfigError("task.d must be >= 1.")
-    if any(n < 1 for n in cfg["grid"].get("n_context", [cfg["task"]["n_context"]])):
-        raise ConfigError("n_context values must be >= 1.")
-    if any(k < 1 for k in cfg["grid"].get("kappa", [cfg["task"]["kappa"]])):
-        raise ConfigError("kappa values must be >= 1 (a condition number).")
+    for section, fields in cfg.items():
+        for key, value in fields.items():
+            where = f"{section}.{key}"
+            if where in RANGES and not (where == "model.sigma" and value == "auto"):
+                if section == "grid":
+                    for i, v in enumerate(value):
+                        _check_range(f"{where}[{i}]", v, where)
+                else:
+                    _check_range(where, value, where)
+    out = Path(cfg["outputs"]["dir"])
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"outputs.dir = {str(out)!r} is a file, not a directory.")
     return cfg
 
 

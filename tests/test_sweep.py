@@ -183,3 +183,102 @@ def test_a_chunk_over_the_memory_budget_is_split_and_gives_the_same_numbers(tmp_
     np.testing.assert_array_equal(again["grad"].values, whole["grad"].values)
     with pytest.raises(SweepConfigError, match="one point per device needs"):
         icl.sweep(H.memory_hungry, grid, memory_budget=1000)
+
+
+def test_grid_values_are_checked_before_any_work(monkeypatch):
+    """A NaN or infinite value, a ragged axis, a chunk size that is not an integer and a grid too large for memory are
+    errors that name the axis or argument, raised before the grid is built or anything compiled."""
+    for grid, match in [({"depth": [1], "scale": [float("nan"), 2.0]}, r"'scale' must hold finite numbers: entry 0"),
+                        ({"depth": [1], "scale": [1.0, float("inf")]}, r"'scale' must hold finite numbers: entry 1"),
+                        ({"depth": [1, [2, 3]], "scale": [1.0]}, r"'depth' must be a flat list of numbers: entry 1"),
+                        ({"depth": [[1, 2], [3, 4]], "scale": [1.0]}, r"'depth' must be a flat list.*shape \(2, 2\)"),
+                        ({"depth": "123", "scale": [1.0]}, r"'depth' must be a list of numbers"),
+                        ({"depth": [1], "scale": ["a"]}, r"'scale' must hold numbers")]:
+        with pytest.raises(SweepConfigError, match=match):
+            icl.sweep(H.depth_product, grid)
+    with pytest.raises(ValueError, match=r"sweep: chunk_size must be an integer, got 2.5"):
+        icl.sweep(H.depth_product, {"depth": [1], "scale": [1.0]}, chunk_size=2.5)
+    with pytest.raises(ValueError, match=r"sweep: chunk_size must be >= 1, got 0"):
+        icl.sweep(H.depth_product, {"depth": [1], "scale": [1.0]}, chunk_size=0)
+    t0 = time.monotonic()
+    huge = {"depth": range(1000), "scale": np.zeros(1000), "x": range(1000)}  # 1e9 points: never built
+    point = 11 * np.dtype(jax.numpy.result_type(float)).itemsize  # prod + curve (10)
+    need = 2 * 10**9 * point / 2**30  # gathered, then stacked
+    with pytest.raises(SweepConfigError, match=rf"the outputs of the grid's 1,000,000,000 points \(1000 x 1000 x 1000; "
+                                               rf"{point} bytes each, .*\) need {need:.3g} GiB"):
+        icl.sweep(lambda depth, scale, x: H.depth_product(depth, scale), huge)
+    assert time.monotonic() - t0 < 30  # refused from the axes' sizes, not after filling the memory
+    import importlib
+
+    S = importlib.import_module("jaxicl.sweep")  # the module (``jaxicl.sweep`` is also the function)
+    monkeypatch.setattr(S, "host_memory_bytes", lambda: 4000)  # a machine with 4 kB: 2 × 30 × 88 bytes do not fit
+    with pytest.raises(SweepConfigError, match=r"the outputs of the grid's 30 points \(10 x 3; 88 bytes each.*more than"):
+        # float64 (x64): 11 × 8 bytes a point
+        with jax.enable_x64(True):
+            icl.sweep(H.depth_product, {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]}, chunk_size=30,
+                      memory_budget=2**30)
+
+
+def _finish(out, chunk_size=2):
+    return icl.sweep(H.noisy_point, {"x": [0.0, 1.0, 2.0, 3.0], "seed": [0, 1]}, chunk_size=chunk_size, out=out)
+
+
+def test_a_chunk_of_other_positions_or_unreadable_is_computed_again_with_a_warning(tmp_path):
+    """Resume is verified: each chunk file records the grid positions it holds and a digest of its sweep's config. A
+    chunk copied over another position, a truncated or garbage one, or one from another sweep is never used: a
+    ResumeWarning names the file and why, and the points are computed again (the numbers equal a fresh sweep's)."""
+    import shutil
+
+    from jaxicl.sweep import ResumeWarning
+
+    out = tmp_path / "run"
+    fresh = _finish(out)["value"].values
+    chunks = sorted(out.glob("chunk_*.npz"))
+    assert len(chunks) == 4
+    cases = {
+        "holds grid positions \\[0, 2\\], not \\[6, 8\\)": lambda: shutil.copy(chunks[0], chunks[3]),
+        "is unreadable \\(BadZipFile": lambda: chunks[3].write_bytes(chunks[3].read_bytes()[:100]),
+        "is unreadable": lambda: chunks[3].write_bytes(b"garbage"),
+        "records no grid positions": lambda: np.savez(chunks[3], names=json.dumps(["value"]),
+                                                      leaf_0=np.zeros(2)),
+    }
+    for match, corrupt in cases.items():
+        _finish(out)
+        corrupt()
+        with pytest.warns(ResumeWarning, match=f"chunk_00003.npz: it {match}.*computing these "
+                                               "points again"):
+            again = _finish(out)["value"].values
+        np.testing.assert_array_equal(again, fresh)
+    # a chunk of another sweep (same file name, same positions): its config digest differs
+    other = tmp_path / "other"
+    icl.sweep(H.noisy_point, {"x": [5.0, 6.0, 7.0, 8.0], "seed": [0, 1]}, chunk_size=2, out=other)
+    shutil.copy(other / "chunk_00001.npz", chunks[1])
+    with pytest.warns(ResumeWarning, match="chunk_00001.npz: it belongs to another sweep"):
+        np.testing.assert_array_equal(_finish(out)["value"].values, fresh)
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b"[1, 2]", b'{"grid": {}}', b"\xff\xfe"])
+def test_an_unreadable_config_json_is_an_error_naming_it(tmp_path, content):
+    out = tmp_path / "run"
+    _finish(out)
+    (out / "config.json").write_bytes(content)
+    with pytest.raises(SweepConfigError, match=r"config.json is unreadable or not a sweep's config.json.*Delete"):
+        _finish(out)
+
+
+def test_an_out_that_is_a_file_or_read_only_is_an_error_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SweepConfigError, match="the sweep's directory .*file is a file, not a directory"):
+        _finish(tmp_path / "file")
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        try:
+            with pytest.raises(SweepConfigError, match="cannot write to the sweep's directory"):
+                _finish(ro / "sub")
+        finally:
+            ro.chmod(0o700)
+    if Path("/sys/kernel").is_dir():  # a place that not even root can write to (sysfs)
+        with pytest.raises(SweepConfigError, match="cannot write to the sweep's directory /sys/jaxicl-sweep"):
+            _finish(Path("/sys/jaxicl-sweep"))

@@ -17,7 +17,24 @@ from jaxicl.sweep_config import ConfigError, load_config
         ("[grid]\ndepth = [1]\n", "grid.depth"),
         ("[solver]\nx = 1\n", r"unknown section \[solver\]"),
         ("[task]\nd = 3\n", r"\[grid\] needs at least one axis"),
-        ("[grid]\nkappa = [0.5]\n", "kappa values must be >= 1"),
+        ("[grid]\nkappa = [0.5]\n", r"grid.kappa\[0\] must be >= 1"),
+        # values in range: each names its key and the value (issue 39)
+        ("[grid]\nkappa = [nan, 2.0]\n", r"grid.kappa\[0\] must be finite, got nan"),
+        ("[grid]\nkappa = [2.0, inf]\n", r"grid.kappa\[1\] must be finite, got inf"),
+        ("[grid]\nkappa = [[1.0, 2.0]]\n", r"grid.kappa\[0\] must be float, got list"),
+        ("[grid]\nseed = [0, -1]\n", r"grid.seed\[1\] must be >= 0, got -1"),
+        ("[grid]\nseed = [0]\n[dynamics]\nt1 = -5.0\n", r"dynamics.t1 must be > 0, got -5.0"),
+        ("[grid]\nseed = [0]\n[dynamics]\nt1 = 0\n", r"dynamics.t1 must be > 0, got 0"),
+        ("[grid]\nseed = [0]\n[dynamics]\nt1 = nan\n", r"dynamics.t1 must be finite, got nan"),
+        ("[grid]\nseed = [0]\n[dynamics]\nn_save = 0\n", r"dynamics.n_save must be >= 2, got 0"),
+        ("[grid]\nseed = [0]\n[dynamics]\nrtol = -1.0\n", r"dynamics.rtol must be > 0, got -1.0"),
+        ("[grid]\nseed = [0]\n[dynamics]\natol = 0.0\n", r"dynamics.atol must be > 0, got 0.0"),
+        ("[grid]\nseed = [0]\n[task]\nkappa = inf\n", r"task.kappa must be finite, got inf"),
+        ("[grid]\nseed = [0]\n[task]\nd = 0\n", r"task.d must be >= 1, got 0"),
+        ("[grid]\nseed = [0]\n[model]\nsigma = -0.1\n", r"model.sigma must be > 0, got -0.1"),
+        ("[grid]\nseed = [0]\n[model]\nsigma = nan\n", r"model.sigma must be finite, got nan"),
+        ("[grid]\nseed = [0]\n[outputs]\nchunk_size = 0\n", r"outputs.chunk_size must be >= 1, got 0"),
+        ("[grid]\nseed = [0]\n[outputs]\ndir = '/dev/null'\n", r"outputs.dir = '/dev/null' is a file"),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, body, match):
@@ -25,6 +42,16 @@ def test_bad_configs_name_the_key(tmp_path, body, match):
     path.write_text(body)
     with pytest.raises(ConfigError, match=match):
         load_config(path)
+
+
+def test_a_directory_or_unreadable_file_as_the_config_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory: give the path of a TOML file"):
+        load_config(tmp_path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+    (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="bin.toml"):
+        load_config(tmp_path / "bin.toml")
 
 
 def test_cli_sweep_writes_dataset_and_plot(tmp_path, capsys):
