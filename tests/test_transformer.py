@@ -356,6 +356,36 @@ def test_checkpoint_of_another_config_is_refused(tmp_path):
         train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=tmp_path / "junk", progress=False)
 
 
+def test_a_damaged_or_foreign_checkpoint_is_an_error_naming_it(tmp_path):
+    """Resume is verified (issue 39): a checkpoint of another seed (PRNG key), a truncated one, one with trailing
+    data, one whose step disagrees with its loss history, or one of a longer run is a CheckpointError that names the
+    file and says to delete it; it is never used."""
+    import json
+
+    from jaxicl.dynamics.train import CheckpointError
+
+    ck = tmp_path / "run.ckpt"
+    train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=ck, progress=False)
+    good = ck.read_bytes()
+    again = lambda key=KEY, n=30: train(_loss, _tiny(), n, key, chunk_size=10, checkpoint=ck, progress=False)  # noqa
+    with pytest.raises(CheckpointError, match=f"checkpoint {ck} was written by a run with another PRNG key.*Delete it"):
+        again(jax.random.PRNGKey(1))
+    header, rest = good.split(b"\n", 1)
+    for damage, match in [(good[: len(good) // 2], "is unreadable or truncated"),
+                          (good[: len(header) + 40], "is unreadable or truncated"),
+                          (good + b"x", "has data after its parameters"),
+                          (header[:-1] + b"\n" + rest, "is not a jaxicl training checkpoint"),
+                          (json.dumps({**json.loads(header), "step": 10}).encode() + b"\n" + rest,
+                           "is inconsistent: step 10 with a loss history of 20 steps")]:
+        ck.write_bytes(damage)
+        with pytest.raises(CheckpointError, match=f"checkpoint {ck} {match}.*Delete it to train this run from the start"):
+            again()
+    ck.write_bytes(good)
+    with pytest.raises(CheckpointError, match="at step 20, beyond n_steps = 10: it belongs to a longer run"):
+        again(n=10)
+    assert again().resumed_from == 20  # the intact file still resumes
+
+
 def test_nan_loss_names_the_step(tmp_path):
     def loss(m, k, s):
         return _loss(m, k, s) * jnp.where(s == 13, jnp.nan, 1.0)

@@ -29,6 +29,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
+from .. import _validate
 from .._io import atomic_output
 from ..profiling import StageTimer
 from .descent import check_finite_curve
@@ -119,31 +120,51 @@ def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fing
         eqx.tree_serialise_leaves(f, (params, opt_state))
 
 
-def load_checkpoint(path, params, opt_state, fingerprint):
-    """(params, opt_state, step, key, losses, evals); ``ValueError`` if written by another configuration.
+class CheckpointError(ValueError):
+    """A training checkpoint that cannot be resumed from: unreadable, truncated, or written by another run."""
+
+
+def load_checkpoint(path, params, opt_state, fingerprint, key=None):
+    """(params, opt_state, step, key, losses, evals); :class:`CheckpointError` naming the file if it was written by
+    another configuration (or, with ``key``, from another PRNG key: another seed), or is unreadable or truncated (its
+    loss history must hold ``step`` losses and its parameters the run's shapes). Never used silently.
     :func:`checkpoint_header` reads the rest of the header (e.g. ``seconds_per_step``)."""
-    with open(path, "rb") as f:
-        try:
-            header = json.loads(f.readline())
-        except ValueError:
-            header = {}
-        if header.get("magic") != _MAGIC:
-            raise ValueError(f"{path} is not a jaxicl training checkpoint.")
-        theirs = header["fingerprint"]
-        if theirs != fingerprint:
-            what = [k for k in fingerprint if theirs.get(k) != fingerprint[k]]
-            diff = ""
-            if "config" in what:
-                keys = sorted(set(theirs["config"]) | set(fingerprint["config"]))
-                diff = "; ".join(f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
-                                 for k in keys if theirs["config"].get(k) != fingerprint["config"].get(k))
-            raise ValueError(f"checkpoint {path} was written by another configuration ({', '.join(what)} differ"
-                             f"{': ' + diff if diff else ''}). Use another checkpoint path or delete it to start "
-                             "afresh.")
-        losses = np.load(f)
-        params, opt_state = eqx.tree_deserialise_leaves(f, (params, opt_state))
+    def refuse(why: str):
+        raise CheckpointError(f"checkpoint {path} {why}. Delete it to train this run from the start, or use another "
+                              "checkpoint path.")
+
+    try:
+        with open(path, "rb") as f:
+            try:
+                header = json.loads(f.readline())
+            except ValueError:
+                header = {}
+            if not isinstance(header, dict) or header.get("magic") != _MAGIC:
+                refuse("is not a jaxicl training checkpoint (or its header is damaged)")
+            theirs = header["fingerprint"]
+            if theirs != fingerprint:
+                what = [k for k in fingerprint if theirs.get(k) != fingerprint[k]]
+                diff = ""
+                if "config" in what:
+                    keys = sorted(set(theirs["config"]) | set(fingerprint["config"]))
+                    diff = "; ".join(f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
+                                     for k in keys if theirs["config"].get(k) != fingerprint["config"].get(k))
+                refuse(f"was written by another configuration ({', '.join(what)} differ{': ' + diff if diff else ''})")
+            if key is not None and header["key"] != np.asarray(key).tolist():
+                refuse("was written by a run with another PRNG key (another seed)")
+            losses = np.load(f, allow_pickle=False)
+            params, opt_state = eqx.tree_deserialise_leaves(f, (params, opt_state))
+            if f.read(1):
+                refuse("has data after its parameters (not one checkpoint)")
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, EOFError, RuntimeError) as e:  # truncated, garbage
+        refuse(f"is unreadable or truncated ({type(e).__name__}: {e})")
+    step = header["step"]
+    if not isinstance(step, int) or step < 0 or len(losses) != step:
+        refuse(f"is inconsistent: step {step!r} with a loss history of {len(losses)} steps")
     key = jnp.asarray(np.asarray(header["key"], dtype=np.uint32))
-    return params, opt_state, header["step"], key, losses, header["evals"]
+    return params, opt_state, step, key, losses, header["evals"]
 
 
 def checkpoint_header(path) -> dict:
@@ -269,13 +290,13 @@ def train(
     A non-finite loss raises ``FloatingPointError`` naming the step; the last checkpoint is left intact.
     """
     _refuse_tracers(model, "train")
-    n_steps, chunk_size = int(n_steps), int(chunk_size)
-    if n_steps < 0 or chunk_size < 1:
-        raise ValueError(f"need n_steps >= 0 and chunk_size >= 1, got {n_steps}, {chunk_size}.")
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}.")
-    checkpoint_every = chunk_size if checkpoint_every is None else int(checkpoint_every)
-    eval_every = eval_every and int(eval_every)
+    n_steps = _validate.integer("train: n_steps", n_steps, low=0)
+    chunk_size = _validate.integer("train: chunk_size", chunk_size)
+    if time_limit is not None:
+        _validate.real("train: time_limit (seconds)", time_limit, gt=0)
+    checkpoint_every = chunk_size if checkpoint_every is None else _validate.integer("train: checkpoint_every",
+                                                                                     checkpoint_every)
+    eval_every = eval_every and _validate.integer("train: eval_every", eval_every)
     for name, every in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
         if every and every % chunk_size:
             raise ValueError(f"{name} = {every} must be a multiple of chunk_size = {chunk_size}.")
@@ -285,10 +306,11 @@ def train(
     fingerprint = _fingerprint(params, opt_state, config)
     step, losses, evals, stored_seconds = 0, [], {}, None
     if checkpoint is not None and Path(checkpoint).exists():
-        params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint)
+        params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint, key)
         stored_seconds = checkpoint_header(checkpoint).get("seconds_per_step")
         if step > n_steps:
-            raise ValueError(f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}.")
+            raise CheckpointError(f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}: it belongs to "
+                                  "a longer run. Delete it, or use another checkpoint path.")
         losses = list(old)
     resumed_from = step
 
