@@ -39,6 +39,22 @@ def atomic_output(path, suffix: str = ""):
             os.remove(tmp)
 
 
+def writable_directory(path, what: str) -> Path:
+    """``path`` as a directory this process can write to, created if missing; a ``ValueError`` naming ``what`` and
+    the reason otherwise (checked by writing a file there: permissions alone do not say, e.g. for root or a read-only
+    mount)."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a directory.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".jaxicl-write-test"):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to {what} {path} ({e.strerror or e}).") from None
+    return path
+
+
 def atomic_write_text(path, text: str) -> None:
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import watchdog
+from ._io import writable_directory
 
 
 def _cmd_list(args) -> int:
@@ -51,6 +52,11 @@ def _cmd_reproduce(args) -> int:
         return 2
     if args.jobs < 1:
         print(f"jaxicl: --jobs must be a positive number of processes, got {args.jobs}", file=sys.stderr)
+        return 2
+    try:  # before any work: a report that cannot be written is found out now, not after minutes of training
+        writable_directory(args.out, "--out")
+    except ValueError as e:
+        print(f"jaxicl: {e}", file=sys.stderr)
         return 2
     _use_cache(args)
     if args.part is not None:  # one part of a paper, in a --jobs run's process: its parent assembles the paper

@@ -33,15 +33,13 @@ def default_dir() -> Path:
 def enable(path: str | os.PathLike | None = None, min_compile_seconds: float = MIN_COMPILE_SECONDS) -> Path:
     """Cache every program that takes at least ``min_compile_seconds`` to compile under ``path`` (default
     :func:`default_dir`); returns the directory. Raises ``ValueError`` if it cannot be created or written."""
+    from ._io import writable_directory
+
     path = Path(path).expanduser() if path is not None else default_dir()
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".jaxicl-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"cannot use {path} as the compilation cache ({e.strerror}); pass --cache-dir DIR or "
-                         "--no-cache.") from e
+        writable_directory(path, "the compilation cache")
+    except ValueError as e:
+        raise ValueError(f"{e} Pass --cache-dir DIR or --no-cache.") from None
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -494,3 +494,28 @@ def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_c
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "jax_plugins" else None)
     assert cli.cpu_only() is False  # e.g. jax[cuda12]: its plugin is found without starting a backend
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """``--out`` that is a file, or under a read-only directory, is found out at start-up (exit status 2, a sentence
+    naming --out), not after minutes of work with a traceback; so is an unusable ``--cache-dir``."""
+    import jaxicl.experiments as E
+
+    monkeypatch.setattr(E, "reproduce", lambda *a, **k: pytest.fail("work started"))
+    (tmp_path / "file").write_text("x")
+    assert cli.main(["reproduce", "ahn2023", "--no-cache", "--out", str(tmp_path / "file")]) == 2
+    assert f"jaxicl: --out {tmp_path / 'file'} is a file, not a directory." in capsys.readouterr().err
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        try:
+            assert cli.main(["reproduce", "ahn2023", "--no-cache", "--out", str(ro / "report")]) == 2
+            assert f"jaxicl: cannot write to --out {ro / 'report'} (Permission denied)" in capsys.readouterr().err
+        finally:
+            ro.chmod(0o700)
+    if Path("/sys/kernel").is_dir():  # a place that not even root can write to (sysfs)
+        assert cli.main(["reproduce", "ahn2023", "--no-cache", "--out", "/sys/jaxicl-report"]) == 2
+        assert "jaxicl: cannot write to --out /sys/jaxicl-report (" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"cannot write to the compilation cache .*file/xla \(Not a directory\)"):
+        cli.main(["reproduce", "ahn2023", "--cache-dir", str(tmp_path / "file" / "xla"), "--out", str(tmp_path / "o")])
