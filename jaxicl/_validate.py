@@ -28,9 +28,11 @@ def integer(name: str, value, low: int | None = 1, high: int | None = None) -> i
     return value
 
 
-def real(name: str, value, *, gt: float | None = None, ge: float | None = None, finite: bool = True):
-    """``value`` unchanged, after checking that every entry of it is a finite (``finite``) real number ``> gt`` /
-    ``>= ge``. Traced values pass unchecked (see the module's docstring)."""
+def real(name: str, value, *, gt: float | None = None, ge: float | None = None, finite: bool = True,
+         scalar: bool = True):
+    """``value`` unchanged, after checking that it is one (``scalar``), or every entry of a non-empty array of it is
+    a, finite (``finite``) real number ``> gt`` / ``>= ge``. Traced values pass unchecked (see the module's
+    docstring)."""
     if isinstance(value, jax.core.Tracer):
         return value
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
@@ -40,6 +42,9 @@ def real(name: str, value, *, gt: float | None = None, ge: float | None = None, 
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).") from None
     shown = value if arr.ndim == 0 else f"{arr.tolist()}"
+    if (scalar and arr.ndim != 0) or arr.size == 0:
+        raise TypeError(f"{name} must be a real number{'' if scalar else ' or a non-empty array of them'}, got "
+                        f"{shown}.")
     if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite, got {shown}.")
     if np.any(np.isnan(arr)):

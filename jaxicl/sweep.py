@@ -30,6 +30,7 @@ import hashlib
 import inspect
 import json
 import math
+import numbers
 import os
 import sys
 import zipfile
@@ -52,14 +53,17 @@ class SweepConfigError(ValueError):
 def _axis_values(name, values) -> np.ndarray:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise SweepConfigError(f"grid axis {name!r} must be a list of numbers, got {values!r}.")
-    try:
-        arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values)
-    except (ValueError, TypeError):  # ragged: numpy's "inhomogeneous shape"
-        arr = np.asarray(list(values), dtype=object)
-    if arr.ndim != 1 or arr.dtype == object:
-        bad = next((i for i, v in enumerate(values) if np.ndim(v) != 0), None)
-        where = f": entry {bad} is {values[bad]!r}" if bad is not None and arr.ndim == 1 else f", got shape {arr.shape}"
-        raise SweepConfigError(f"grid axis {name!r} must be a flat list of numbers{where}.")
+    values = values if isinstance(values, np.ndarray) else list(values)
+    if not isinstance(values, np.ndarray):
+        is_bool = [isinstance(v, (bool, np.bool_)) for v in values]
+        for i, v in enumerate(values):
+            if np.ndim(v) != 0:
+                raise SweepConfigError(f"grid axis {name!r} must be a flat list of numbers: entry {i} is {v!r}.")
+            if not isinstance(v, (numbers.Real, np.number, np.bool_)) or (is_bool[i] and not all(is_bool)):
+                raise SweepConfigError(f"grid axis {name!r} must hold numbers: entry {i} is {v!r}.")
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise SweepConfigError(f"grid axis {name!r} must be a flat list of numbers, got shape {arr.shape}.")
     if arr.size == 0:
         raise SweepConfigError(f"grid axis {name!r} is empty.")
     if arr.dtype.kind not in "biuf":

@@ -104,6 +104,21 @@ def test_outputs_get_the_umasks_permissions(tmp_path, umask):
     (lambda: icl.models.LinearSelfAttention.balanced_init(2, float("nan"), jax.random.PRNGKey(0)), r"sigma must be finite"),
     (lambda: icl.models.LinearSelfAttention.balanced_init(2, 0.0, jax.random.PRNGKey(0)), r"sigma must be > 0"),
     (lambda: icl.models.LinearSelfAttention.random_init(2.5, 0.1, jax.random.PRNGKey(0)), r"random_init: d must be an integer"),
+    (lambda: icl.models.LinearSelfAttention.balanced_init(2, [], jax.random.PRNGKey(0)), r"sigma must be a real number"),
+    (lambda: icl.models.LinearTransformer.init(jax.random.PRNGKey(0), 2, 2.5), r"init: n_layers must be an integer"),
+    (lambda: icl.models.LinearTransformer.init(jax.random.PRNGKey(0), 2, 1, scale=float("nan")), r"scale must be finite"),
+    (lambda: icl.models.MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3.5, 4), r"init: d must be an integer"),
+    (lambda: icl.models.MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3, 4, beta=float("inf")), r"β.*finite"),
+    (lambda: icl.models.StandardTransformer(jax.random.PRNGKey(0), 2, 1, n_layers=1.5), r"n_layers must be an integer"),
+    (lambda: icl.models.StandardTransformer(jax.random.PRNGKey(0), 2, 1, d_model=0), r"d_model must be >= 1"),
+    (lambda: icl.tasks.RepresentationRegression(2, 5, noise_std=float("nan")), r"noise_std must be finite"),
+    (lambda: icl.tasks.RepresentationRegression(2.5, 5), r"d must be an integer, got 2\.5"),
+    (lambda: icl.tasks.CoTMLP(2, 3, 5, slope=float("inf")), r"slope must be finite"),
+    (lambda: icl.tasks.UniformScale(1.0, float("inf")), r"UniformScale.high must be finite"),
+    (lambda: icl.tasks.DiscreteScale([1.0, float("inf")]), r"DiscreteScale: values must be finite"),
+    (lambda: icl.gradient_descent(lambda p: (p**2).sum(), jnp.ones(2), float("nan"), 3), r"gradient_descent: step must"),
+    (lambda: icl.gradient_descent(lambda p: (p**2).sum(), jnp.ones(2), 0.1, 2.5), r"gradient_descent: n_steps must be"),
+    (lambda: icl.train(lambda m, k, s: (m**2).sum(), jnp.ones(2), 2.5, jax.random.PRNGKey(0)), r"train: n_steps must be"),
 ])
 def test_constructors_refuse_bad_values_naming_the_argument(make, match):
     """Integers are never truncated, scales are finite: the error names the argument and the value."""

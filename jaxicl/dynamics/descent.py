@@ -15,6 +15,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from .. import _validate
+
 
 _DIVERGED_HINT = "Reduce the step size / learning rate or the initialization scale."
 # a loss beyond float32's range has diverged, in any precision: float64 would carry a diverging run on to 1e300
@@ -145,8 +147,13 @@ def gradient_descent(
     ``(final_params, (losses, aux))`` with ``has_aux``.
     """
     _check_differentiable_counts(n_steps=n_steps, record_every=record_every)
-    if n_steps < 1 or record_every < 1 or n_steps % record_every:
-        raise ValueError("n_steps must be a positive multiple of record_every.")
+    n_steps = _validate.integer("gradient_descent: n_steps", n_steps)
+    record_every = _validate.integer("gradient_descent: record_every", record_every)
+    if n_steps % record_every:
+        raise ValueError(f"gradient_descent: n_steps = {n_steps} must be a multiple of record_every = {record_every}.")
+    if not (callable(step) and not isinstance(step, eqx.Module)):
+        for leaf in jax.tree_util.tree_leaves(step):  # concrete step sizes: finite and >= 0 (traced: unchecked)
+            _validate.real("gradient_descent: step", leaf, ge=0, scalar=False)
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
     schedule = callable(step) and not isinstance(step, eqx.Module)  # a model of per-leaf steps is callable too
     steps_at = (lambda k: per_leaf(step(k), params)) if schedule else (lambda k, s=per_leaf(step, params): s)
@@ -198,6 +205,7 @@ def optax_train(
         model, curve = icl.optax_train(loss, model, optax.adam(1e-2), 2000, key)
     """
     _check_differentiable_counts(n_steps=n_steps)
+    n_steps = _validate.integer("optax_train: n_steps", n_steps)
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
     vg = jax.value_and_grad(lambda y, k: batch_loss_fn(eqx.combine(y, static), k))
     if checkpoints is not None:

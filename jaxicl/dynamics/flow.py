@@ -139,7 +139,8 @@ def gradient_flow(
         :class:`FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
         flow diverges (outside ``jit``; inside ``jit`` an ``eqx.error_if`` runtime error).
     """
-    if isinstance(t1, jax.core.Tracer) or not t1 > 0 or not np.isfinite(t1):
+    if (isinstance(t1, (jax.core.Tracer, bool, str)) or not isinstance(t1, (int, float, np.number, np.ndarray, jax.Array))
+            or np.ndim(t1) != 0 or not t1 > 0 or not np.isfinite(t1)):
         raise ValueError(f"gradient_flow needs a finite Python float t1 > 0 (it fixes the solver's horizon; "
                          f"differentiate the state at a time inside it through `ts`, or a stop_at_loss time), got {t1}.")
     _validate.real("gradient_flow: rtol", rtol, gt=0)  # a tolerance <= 0 makes diffrax accept every step

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _validate
 from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt, embed
 from jax.flatten_util import ravel_pytree
@@ -404,8 +405,9 @@ class LinearTransformer(eqx.Module):
         **kw,
     ):
         """Every free parameter iid N(0, scale²) ("suitably scaled iid Gaussian", Ahn et al. §5.3, §6.1)."""
-        if int(d) < 1 or int(n_layers) < 1 or int(heads) < 1:
-            raise ValueError(f"init needs d, n_layers, heads >= 1; got d={d}, n_layers={n_layers}, heads={heads}.")
+        d, heads = _validate.integer("LinearTransformer.init: d", d), _validate.integer("LinearTransformer.init: heads", heads)
+        n_layers = _validate.integer("LinearTransformer.init: n_layers", n_layers)
+        _validate.real("LinearTransformer.init: scale", scale, ge=0)
         if parametrization not in PARAMETRIZATIONS:
             raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}.")
         if parametrization != "full" and heads != 1:

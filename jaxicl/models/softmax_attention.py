@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
+from .. import _validate
 from ..tasks.template_regression import TemplatePrompt
 
 
@@ -49,12 +50,13 @@ class MultiHeadSoftmaxICL(eqx.Module):
 
         With ``max_heads`` the model has ``max_heads`` padded heads of which the first ``n_heads`` are active;
         ``n_heads`` may then be a traced integer (one program for every head count)."""
-        H = int(max_heads) if max_heads is not None else int(n_heads)
+        H = (_validate.integer("MultiHeadSoftmaxICL.init: max_heads", max_heads) if max_heads is not None
+             else _validate.integer("MultiHeadSoftmaxICL.init: n_heads", n_heads))
         if max_heads is None or not isinstance(n_heads, jax.core.Tracer):
-            if not 1 <= int(n_heads) <= H:
+            if not 1 <= _validate.integer("MultiHeadSoftmaxICL.init: n_heads", n_heads) <= H:
                 raise ValueError(f"need 1 <= n_heads <= max_heads, got n_heads={n_heads}, max_heads={H}.")
-        if not beta > 0:
-            raise ValueError(f"the initialisation scale β must be > 0 (Prop. 1), got {beta}.")
+        d, K = _validate.integer("MultiHeadSoftmaxICL.init: d", d), _validate.integer("MultiHeadSoftmaxICL.init: K", K)
+        _validate.real("MultiHeadSoftmaxICL.init: the initialisation scale β (Prop. 1)", beta, gt=0)
         dtype = dtype or jnp.result_type(float)
         Q = beta * jax.random.normal(key, (H, int(d), int(d)), dtype)
         return cls(Q, jnp.zeros((H, int(K)), dtype), jnp.arange(H) < n_heads)

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _validate
+
 
 def _layer_norm(h, scale, bias, eps=1e-5):
     """LayerNorm with its statistics in float32 whatever the compute dtype (bf16 means and variances lose the
@@ -175,8 +177,9 @@ class BlockStack(eqx.Module):
 
     def __init__(self, key: PRNGKeyArray, n_layers: int, d_model: int, n_heads: int, d_ff: int,
                  residual_scale: float = 1.0, dtype=None):
-        if int(n_layers) < 1:
-            raise ValueError(f"a transformer needs n_layers >= 1, got {n_layers}.")
+        n_layers, d_model = _validate.integer("n_layers", n_layers), _validate.integer("d_model", d_model)
+        n_heads, d_ff = _validate.integer("n_heads", n_heads), _validate.integer("d_ff", d_ff)
+        _validate.real("residual_scale", residual_scale)
         self.blocks = _stacked_blocks(jax.random.split(key, int(n_layers)), int(d_model), int(n_heads), int(d_ff),
                                       float(residual_scale), dtype)
 
@@ -210,6 +213,8 @@ class ReadInOut(eqx.Module):
     b_out: Float[Array, " d_out"]
 
     def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, d_model: int, max_len: int, dtype=None):
+        d_in, d_out = _validate.integer("d_in", d_in), _validate.integer("d_out", d_out)
+        d_model, max_len = _validate.integer("d_model", d_model), _validate.integer("max_len", max_len)
         dtype = dtype or jnp.result_type(float)
         k1, k2, k3 = jax.random.split(key, 3)
         self.w_in = jax.random.normal(k1, (d_in, d_model), dtype) / math.sqrt(d_in)

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _validate
+
 
 def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
@@ -100,14 +102,11 @@ class RandomDiagonalCovariance(CovariancePrior):
     shape: Float[Array, ""]
 
     def __init__(self, d: int, scale=1.0, shape=1.0):
-        if int(d) < 1:
-            raise ValueError(f"RandomDiagonalCovariance needs d >= 1, got d={d}.")
-        self.d = int(d)
+        self.d = _validate.integer("RandomDiagonalCovariance: d", d)
         self.scale = jnp.asarray(scale, dtype=float)
         self.shape = jnp.asarray(shape, dtype=float)
         for name, v in (("scale", self.scale), ("shape", self.shape)):
-            if _is_concrete(v) and not float(v) > 0:
-                raise ValueError(f"RandomDiagonalCovariance.{name} must be > 0, got {float(v)}.")
+            _positive_scalar(v, f"RandomDiagonalCovariance.{name}")
 
     def sample_eigenvalues(self, key: PRNGKeyArray) -> Float[Array, " d"]:
         return self.scale * jax.random.gamma(key, self.shape, (self.d,), dtype=self.scale.dtype)
@@ -195,8 +194,8 @@ class RandomRotationCovariance(CovariancePrior):
 
 # --- scalar priors and scaled-identity / random-spectrum covariances (Gatmiry et al. §4.2, §5) ----
 def _positive_scalar(x, name: str):
-    if _is_concrete(x) and not float(x) > 0:
-        raise ValueError(f"{name} must be > 0, got {float(x)}.")
+    if _is_concrete(x):
+        _validate.real(name, x, gt=0, scalar=False)
 
 
 @functools.partial(jax.jit, static_argnums=0)  # eager calls (theory curves, checks): one program, not one per operation
@@ -233,6 +232,7 @@ class UniformScale(ScalePrior):
     def __init__(self, low, high):
         self.low, self.high = jnp.asarray(low, dtype=float), jnp.asarray(high, dtype=float)
         _positive_scalar(self.low, "UniformScale.low")
+        _positive_scalar(self.high, "UniformScale.high")
         if _is_concrete(self.low) and _is_concrete(self.high) and not float(self.high) >= float(self.low):
             raise ValueError(f"UniformScale needs low <= high, got [{float(self.low)}, {float(self.high)}].")
 
@@ -240,8 +240,8 @@ class UniformScale(ScalePrior):
     def kappa(cls, kappa):
         """Unif[1, κ]; κ ≥ 1 (κ = 1 is the single task s = 1)."""
         kappa = jnp.asarray(kappa, dtype=float)
-        if _is_concrete(kappa) and not float(kappa) >= 1:
-            raise ValueError(f"the condition-number range κ must be >= 1, got {float(kappa)}.")
+        if _is_concrete(kappa):
+            _validate.real("the condition-number range κ", kappa, ge=1)
         return cls(1.0, kappa)
 
     def sample(self, key):
@@ -266,8 +266,8 @@ class DiscreteScale(ScalePrior):
         probs = jnp.full(values.shape, 1.0 / values.shape[0], values.dtype) if probs is None else jnp.asarray(probs, values.dtype)
         if values.ndim != 1 or probs.shape != values.shape:
             raise ValueError(f"DiscreteScale needs 1-D values and probs of the same shape, got {values.shape}, {probs.shape}.")
-        if _is_concrete(values) and not np.all(np.asarray(values) > 0):
-            raise ValueError(f"DiscreteScale values must be > 0, got {np.asarray(values)}.")
+        if _is_concrete(values):
+            _validate.real("DiscreteScale: values", values, gt=0, scalar=False)
         if _is_concrete(probs):
             p = np.asarray(probs)
             if np.any(p < 0) or abs(p.sum() - 1) > 1e-6:

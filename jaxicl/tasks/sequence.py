@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _validate
 from .covariance import CovariancePrior, FixedCovariance, _is_concrete
 from .template_regression import TemplatePrompt
 
@@ -100,8 +101,9 @@ class LeakyReluMLP(eqx.Module):
     slope: float = eqx.field(static=True)
 
     def __init__(self, key: PRNGKeyArray, sizes, slope: float = 0.1, dtype=None):
-        sizes = [int(s) for s in sizes]
-        if len(sizes) < 2 or min(sizes) < 1:
+        sizes = [_validate.integer(f"LeakyReluMLP: sizes[{i}]", s) for i, s in enumerate(sizes)]
+        _validate.real("LeakyReluMLP: slope", slope)
+        if len(sizes) < 2:
             raise ValueError(f"sizes are the layer widths (input, hidden…, output), all >= 1; got {sizes}.")
         dtype = dtype or jnp.result_type(float)
         gain = math.sqrt(2 / (1 + slope**2))
@@ -127,16 +129,11 @@ class LeakyReluMLP(eqx.Module):
 
 
 def _positive_int(name, value, low=1):
-    if int(value) < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}.")
-    return int(value)
+    return _validate.integer(name, value, low=low)
 
 
 def _noise(noise_std):
-    noise_std = float(noise_std)
-    if not noise_std >= 0:
-        raise ValueError(f"noise_std must be >= 0, got {noise_std}.")
-    return noise_std
+    return float(_validate.real("noise_std", noise_std, ge=0))
 
 
 class _SequenceTask(eqx.Module):
@@ -240,7 +237,7 @@ class ARRepresentation(_SequenceTask):
         if phi.d_in != self.q * self.d:
             raise ValueError(f"phi must read the window [x_(t+1-q), …, x_t] of width q·d = {self.q * self.d}; "
                              f"it reads {phi.d_in}.")
-        self.phi, self.noise_std, self.gain = phi, _noise(noise_std), float(gain)
+        self.phi, self.noise_std, self.gain = phi, _noise(noise_std), float(_validate.real("gain", gain))
 
     @property
     def d_out(self) -> int:
@@ -285,7 +282,7 @@ class CoTMLP(_SequenceTask):
 
     def __init__(self, d: int, depth: int, n_context: int, slope: float = 0.1):
         self.d, self.depth = _positive_int("d", d), _positive_int("depth", depth)
-        self.n_context, self.slope = _positive_int("n_context", n_context), float(slope)
+        self.n_context, self.slope = _positive_int("n_context", n_context), float(_validate.real("slope", slope))
 
     @property
     def d_out(self) -> int:
