@@ -223,7 +223,7 @@ def test_bad_input():
         MultiHeadSoftmaxICL(jnp.zeros((2, 3, 4)), jnp.zeros((2, 6)))
     with pytest.raises(ValueError, match=r"\(H, K\)"):
         MultiHeadSoftmaxICL(jnp.zeros((2, 3, 3)), jnp.zeros((3, 6)))
-    with pytest.raises(ValueError, match="β must be > 0"):
+    with pytest.raises(ValueError, match=r"β \(Prop. 1\) must be > 0"):
         MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3, 6, beta=0.0)
     with pytest.raises(ValueError, match="n_heads <= max_heads"):
         MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 5, 3, 6, max_heads=4)
