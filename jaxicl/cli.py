@@ -130,6 +130,13 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
+def _add_device_option(p) -> None:
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default=None,
+                   help="where work runs (jaxicl.placement): auto (default) puts sequential small work (flows, closed "
+                        "forms, checks) on the host CPU and training, sweeps and large Monte Carlo on the accelerator; "
+                        "cpu or gpu put everything there (default: $JAXICL_DEVICE, else auto)")
+
+
 def _add_cache_options(p) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="persistent XLA compilation cache (default: $JAXICL_CACHE_DIR or ~/.cache/jaxicl/xla)")
@@ -161,11 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # a --jobs parent's process for part of a paper
     p.add_argument("--cpu-threads", type=int, default=None, help=argparse.SUPPRESS)  # its share of the cores
     _add_cache_options(p)
+    _add_device_option(p)
     p.set_defaults(func=_cmd_reproduce)
     p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config)")
     p.add_argument("config", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
     p.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")
     _add_cache_options(p)
+    _add_device_option(p)
     p.set_defaults(func=_cmd_sweep)
     return parser
 
@@ -248,9 +257,21 @@ def size_cpu_thread_pool(threads: int) -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     with _default_xla_flags() if args.command in ("reproduce", "sweep") else contextlib.nullcontext():
-        if getattr(args, "cpu_threads", None):
-            size_cpu_thread_pool(args.cpu_threads)
-        return args.func(args)
+        with contextlib.ExitStack() as stack:
+            if args.command in ("reproduce", "sweep"):
+                import os
+
+                from . import placement
+
+                try:  # before any backend starts: --device cpu keeps JAX off the accelerator
+                    stack.enter_context(placement.command_line(args.device or os.environ.get(placement.ENV, "").strip()
+                                                               or "auto"))
+                except RuntimeError as e:
+                    print(f"jaxicl: {e}", file=sys.stderr)
+                    return 2
+            if getattr(args, "cpu_threads", None):
+                size_cpu_thread_pool(args.cpu_threads)
+            return args.func(args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import time
 
 import jax
 
+from . import placement
+
 _COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -83,20 +85,23 @@ def monitor() -> CompileMonitor:
 @dataclasses.dataclass
 class Stage:
     """One stage: ``wall`` seconds in all, of which ``compile`` tracing/lowering/compiling ``programs`` XLA
-    programs (``cache_hits`` of them read from the persistent cache) and ``run`` the rest."""
+    programs (``cache_hits`` of them read from the persistent cache) and ``run`` the rest; ``device``: the platforms
+    its work was placed on (:mod:`jaxicl.placement`: "cpu", "gpu", "cpu+gpu")."""
 
     label: str
     wall: float
     compile: float
     programs: int
     cache_hits: int
+    device: str = ""
 
     @property
     def run(self) -> float:
         return max(self.wall - self.compile, 0.0)
 
     def describe(self) -> str:
-        return (f"{self.label}: {self.wall:.1f} s (compile {self.compile:.1f} s, {self.programs} programs, "
+        where = f" on {self.device}" if self.device else ""
+        return (f"{self.label}{where}: {self.wall:.1f} s (compile {self.compile:.1f} s, {self.programs} programs, "
                 f"{self.cache_hits} from cache; run {self.run:.1f} s)")
 
 
@@ -113,12 +118,13 @@ class StageTimer:
     def _start(self):
         self._wall0, self._time0 = time.perf_counter(), time.time()
         self._counts0 = self._monitor.counts()
+        self._placed0 = placement.mark()
 
     def lap(self, label: str) -> Stage:
         now = time.time()
         programs, hits = self._monitor.counts()
         stage = Stage(label, time.perf_counter() - self._wall0, self._monitor.compile_seconds(self._time0, now),
-                      programs - self._counts0[0], hits - self._counts0[1])
+                      programs - self._counts0[0], hits - self._counts0[1], placement.platforms_since(self._placed0))
         self.stages.append(stage)
         if self.progress:
             print(f"  {stage.describe()}", flush=True)

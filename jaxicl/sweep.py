@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import placement
 from ._io import atomic_output, atomic_write_text, writable_directory
 
 __all__ = ["sweep", "flatten_grid", "SweepConfigError", "ResumeWarning"]
@@ -320,6 +321,7 @@ def _fitting_chunk(run_fn, takes_key, devices, dtypes, chunk_size, base_key, bud
     return chunk_size, fn
 
 
+@placement.placed("throughput")  # many points at once fill an accelerator (jaxicl.placement)
 def sweep(
     run_fn: Callable[..., Any],
     grid: Mapping[str, Any],
@@ -345,7 +347,8 @@ def sweep(
         chunk_size: points per compiled call (default: up to 1024), rounded up to a multiple of the device count;
             either way lowered until the compiled program fits in ``memory_budget``.
         out: directory for resumable chunk files (see module docstring).
-        devices: devices of the 1-D mesh (default ``jax.devices()``: all processes' devices).
+        devices: devices of the 1-D mesh (default: where :mod:`jaxicl.placement` puts throughput-bound work, every
+            process's accelerators, or the host's CPU devices under ``--device cpu``).
         key: base PRNG key for ``key``-taking run functions (default ``PRNGKey(0)``).
         meta: JSON-serialisable description of anything ``run_fn`` captures (task, dynamics): it is
             part of the fingerprint that guards ``out`` and lands in the dataset's attrs.
@@ -370,7 +373,7 @@ def sweep(
         memory_budget = _validate.integer("sweep: memory_budget", memory_budget, low=1)
     axes = _grid_axes(grid)
     n_points = math.prod(v.size for v in axes.values())
-    devices = list(devices) if devices is not None else jax.devices()
+    devices = list(devices) if devices is not None else placement.devices_for("throughput")
     if not devices:
         raise SweepConfigError("devices is empty: pass at least one device (default: jax.devices()).")
     n_dev = len(devices)
@@ -386,7 +389,8 @@ def sweep(
         raise SweepConfigError(f"run_fn has no argument for grid axis(es) {missing}.")
     if takes_key and "seed" not in axes:
         raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
-    base_key = jax.random.PRNGKey(0) if key is None else key
+    base_key = jax.device_put(jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made
+                              _point_sharding(tuple(devices), ()))
     budget = device_memory_budget(devices[0]) if memory_budget is None else int(memory_budget)
 
     sharding = _point_sharding(tuple(devices))

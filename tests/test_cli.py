@@ -151,7 +151,7 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
 
     import jaxicl.experiments as E
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
         delay = {"ahn2023": 1.0, "gatmiry2024": 0.0, "zhang2023": 0.0}[name]
         if name == "zhang2023":
             return [sys.executable, "-c", "import sys; sys.exit(7)"]
@@ -182,7 +182,7 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         "algoformer", "zhang2023", "yang2024", "ahn2023", "gatmiry2024", "unknown"]
     started = []
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
         started.append(name)
         data = pickle.dumps([_fake_paper(name)])
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
@@ -225,7 +225,7 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
     monkeypatch.setitem(E.QUICK_SECONDS, "parted/short", 1)
     started = []
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
         started.append(E._job_name(name, part))
         res = _fake_paper(name) if part is None else E.PartResult(name, part, {"ok": part == "long"})
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({pickle.dumps([res])!r})"]
@@ -256,7 +256,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     monkeypatch.setattr(E, "STALL_SECONDS", 2.0)
     marker = tmp_path / "started-once"
 
-    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None):
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
         data = pickle.dumps([_fake_paper(name)])
         write = f"open({str(result_file)!r}, 'wb').write({data!r})"
         if name == "ahn2023":  # hangs the first time only

@@ -29,7 +29,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
-from .. import _validate
+from .. import _validate, placement
 from .._io import atomic_output
 from ..profiling import StageTimer
 from .descent import check_finite_curve
@@ -239,6 +239,7 @@ def step_seconds(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformat
     return float(np.median(times)) / int(chunk)
 
 
+@placement.placed("throughput")  # a training loop fills an accelerator (jaxicl.placement)
 def train(
     loss_fn: Callable[[PyTree, PRNGKeyArray, Int[Array, ""]], Array],
     model: PyTree,

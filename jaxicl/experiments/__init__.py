@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import placement
 from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
 from ..watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
@@ -96,7 +98,8 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
     print(f"[jaxicl] reproducing {name}/{part} ({size}) ...", flush=True)
     whole = StageTimer()
     budget = None if budget_minutes is None else TimeBudget(60 * budget_minutes)
-    (res,) = module.run_parts([part], size=size, out=Path(out), progress=progress, budget=budget)
+    with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
+        (res,) = module.run_parts([part], size=size, out=Path(out), progress=progress, budget=budget)
     done = whole.lap(part)
     print(f"[jaxicl] {name}/{part}: done in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA "
           f"programs, {done.cache_hits} from the persistent cache)", flush=True)
@@ -138,7 +141,8 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         if end is not None and transformers and _trains(module):
             training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
             kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
-        res = module.run(size=size, out=out, progress=progress, **kwargs)
+        with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
+            res = module.run(size=size, out=out, progress=progress, **kwargs)
         done = whole.lap(name)
         if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
             rest = total(res.stages)
@@ -153,7 +157,8 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
 
 
 def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
-                   result_file: Path, threads: int | None = None, part: str | None = None) -> list[str]:
+                   result_file: Path, threads: int | None = None, part: str | None = None,
+                   device: str | None = None) -> list[str]:
     """``jaxicl reproduce NAME`` (``--part PART``: that part of it) as a process that pickles its result to
     ``result_file`` and writes no report.md, with this process's size, output directory, budget end and compilation
     cache, and XLA:CPU's thread pool sized to ``threads`` (:func:`jaxicl.cli.size_cpu_thread_pool`; None: XLA's
@@ -163,6 +168,7 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
            "--result-file", str(result_file)]
     cmd += [] if part is None else ["--part", part]
+    cmd += [] if device is None else ["--device", device]
     cmd += ["--progress"] if progress else []
     cmd += [] if transformers else ["--skip-transformers"]
     cmd += [] if end is None else ["--budget", repr(max(end - time.time(), 0.06) / 60)]
@@ -208,6 +214,38 @@ def _run_watched(cmd: list[str], name: str) -> int | None:
             return None
 
 
+class AcceleratorOwner:
+    """One owner per accelerator, among the processes of a ``--jobs`` run: ``claim()`` gives a process its
+    ``--device``. Where an accelerator may be present and the mode is ``auto``, the first process to start while
+    none holds it gets ``auto`` (the accelerator, for its throughput-bound work) and the others ``cpu`` (JAX kept off
+    the accelerator), so processes never time-slice it; the next to start after the owner ends takes it. Under
+    ``--device cpu`` or ``gpu`` every process gets that mode; on a CPU-only machine (:func:`jaxicl.cli.cpu_only`,
+    decided without starting a backend in this process) no process is given a flag: each runs as it always has."""
+
+    def __init__(self, mode: str | None = None, accelerator_present: bool | None = None):
+        import threading
+
+        from ..cli import cpu_only
+
+        self.mode = mode or placement.mode()
+        self.accelerator_present = not cpu_only() if accelerator_present is None else accelerator_present
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def claim(self):
+        if self.mode != "auto":
+            yield self.mode
+        elif not self.accelerator_present:
+            yield None
+        elif self._lock.acquire(blocking=False):
+            try:
+                yield "auto"
+            finally:
+                self._lock.release()
+        else:
+            yield "cpu"
+
+
 def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
                       transformers: bool, jobs: int) -> list[PaperResult]:
     """Each paper in its own process, or each part of a paper with ``PARTS`` (:func:`reproduce_part`; the paper is
@@ -229,6 +267,7 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
 
     modules = _modules(names, transformers)
     todo = _jobs(modules)
+    devices = AcceleratorOwner()
     results: dict[str, PaperResult] = {}
     parts: dict[str, list[PartResult]] = {name: [] for name in names}
     lock = threading.Lock()
@@ -239,13 +278,15 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             name, part = job
             label = _job_name(name, part)
             result_file = Path(tmp) / f"{label.replace('/', '-')}.pkl"
-            for attempt in (1, 2):  # a deadlocked process is stopped and started once more (compile cache, checkpoints)
-                cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part)
-                rc = _run_watched(cmd, label)
-                if rc is not None:
-                    break
-                if attempt == 1:
-                    print(f"[jaxicl] {label}: starting it again", flush=True)
+            with devices.claim() as device:  # one process at a time holds the accelerator
+                for attempt in (1, 2):  # a deadlocked process is stopped and started once more (cache, checkpoints)
+                    cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part,
+                                         device)
+                    rc = _run_watched(cmd, label)
+                    if rc is not None:
+                        break
+                    if attempt == 1:
+                        print(f"[jaxicl] {label}: starting it again", flush=True)
             if rc is None:
                 raise RuntimeError(f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
                                    "deadlock, see benchmarks/README.md); its Python stacks are printed above")

@@ -238,9 +238,13 @@ def render_markdown(results: list[PaperResult]) -> str:
 
 
 def timing_table(stages: list[Stage]) -> list[str]:
-    """Markdown rows: per stage, wall time, compile time (tracing, lowering, XLA), run time and programs."""
+    """Markdown rows: per stage, the device it ran on (:mod:`jaxicl.placement`), wall time, compile time (tracing,
+    lowering, XLA), run time and programs."""
     lines = ["Where the time went (compile: tracing, lowering and XLA compilation; run: the rest):", "",
-             "| stage | wall (s) | compile (s) | run (s) | XLA programs | from cache |", "|---|---|---|---|---|---|"]
-    for s in [*stages, total(stages)]:
-        lines.append(f"| {s.label} | {s.wall:.1f} | {s.compile:.1f} | {s.run:.1f} | {s.programs} | {s.cache_hits} |")
+             "| stage | device | wall (s) | compile (s) | run (s) | XLA programs | from cache |",
+             "|---|---|---|---|---|---|---|"]
+    devices = "+".join(sorted({p for s in stages for p in s.device.split("+") if p}))
+    for s in [*stages, dataclasses.replace(total(stages), device=devices)]:
+        lines.append(f"| {s.label} | {s.device} | {s.wall:.1f} | {s.compile:.1f} | {s.run:.1f} | {s.programs} | "
+                     f"{s.cache_hits} |")
     return lines + [""]

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .. import _validate
+from .. import _validate, placement
 
 _REGISTRY: dict[tuple[type, type], Callable] = {}
 
@@ -69,6 +69,12 @@ def population_loss(model, task) -> Float[Array, ""]:
     return fn(model, task)
 
 
+def _large_batch(arguments) -> bool:
+    batch = arguments["batch"]
+    return isinstance(batch, int) and batch >= placement.LARGE_BATCH
+
+
+@placement.placed("throughput", when=_large_batch)  # a large Monte-Carlo batch fills an accelerator
 def mc_loss(
     model,
     task,
