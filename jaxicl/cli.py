@@ -14,6 +14,20 @@ from . import watchdog
 from ._io import writable_directory
 
 
+def _cmd_config(args) -> int:
+    from .experiments import _modules, available
+    from .experiments.settings import to_toml
+
+    if args.name not in available():
+        print(f"jaxicl: unknown reproduction {args.name}; available: {', '.join(available())}", file=sys.stderr)
+        return 2
+    module = _modules([args.name])[args.name]
+    size = "full" if args.full else "quick"
+    print(to_toml(module.SIZES[size], module.SIZES, size, getattr(module, "SETTINGS_DOCS", None),
+                  f"jaxicl reproduce {args.name}: {module.TITLE}"), end="")
+    return 0
+
+
 def _cmd_list(args) -> int:
     from .experiments import REPRODUCTIONS
 
@@ -36,9 +50,25 @@ def _use_cache(args) -> None:
     print(f"[jaxicl] compilation cache: {path} (--no-cache to turn it off)", file=sys.stderr, flush=True)
 
 
+def _overrides(args, names: list[str]) -> dict | None:
+    """The settings of ``--config FILE`` then ``--set KEY=VALUE`` (later ones win), for the one paper named; a
+    SettingsError if they cannot apply."""
+    from .experiments import settings
+
+    if not args.set and not args.config:
+        return None
+    if len(names) != 1:
+        raise settings.SettingsError("--set and --config change one paper's settings: name that paper "
+                                     "(e.g. `jaxicl reproduce gatmiry2024 --set kappas=[2,16,64]`).")
+    values = dict(settings.read_file(args.config)) if args.config else {}
+    values.update(settings.parse_assignment(a) for a in args.set or ())
+    return {names[0]: values}
+
+
 def _cmd_reproduce(args) -> int:
-    from .experiments import available, reproduce, runs_in_processes
+    from .experiments import _modules, available, effective_settings, reproduce, runs_in_processes
     from .experiments.report import headline
+    from .experiments.settings import SettingsError
 
     names = args.names or available()
     unknown = [n for n in names if n not in available()]
@@ -47,6 +77,12 @@ def _cmd_reproduce(args) -> int:
               file=sys.stderr)
         return 2
     size = "full" if args.full else "quick"
+    try:  # every setting checked before any work
+        overrides = _overrides(args, names)
+        effective_settings(_modules(names, not args.skip_transformers), size, overrides)
+    except SettingsError as e:
+        print(f"jaxicl: {e}", file=sys.stderr)
+        return 2
     if args.budget is not None and not args.budget > 0:
         print(f"jaxicl: --budget must be a positive number of minutes, got {args.budget}", file=sys.stderr)
         return 2
@@ -60,14 +96,15 @@ def _cmd_reproduce(args) -> int:
         return 2
     _use_cache(args)
     if args.part is not None:  # one part of a paper, in a --jobs run's process: its parent assembles the paper
-        return _reproduce_part(args, names, size)
+        return _reproduce_part(args, names, size, overrides)
     child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
     in_process = not child and not runs_in_processes(names, args.jobs, not args.skip_transformers)
     with watchdog.watching() if in_process else contextlib.nullcontext():
         results = reproduce(names, size=size, out=args.out,
                             progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,
-                            transformers=not args.skip_transformers, jobs=args.jobs, write_report=not child)
+                            transformers=not args.skip_transformers, jobs=args.jobs, write_report=not child,
+                            overrides=overrides)
     if child:
         _write_result(args.result_file, results)
     report = Path(args.out) / "report.md"
@@ -96,7 +133,7 @@ def _write_result(path, results) -> None:
         Path(tmp).write_bytes(pickle.dumps(results))
 
 
-def _reproduce_part(args, names: list[str], size: str) -> int:
+def _reproduce_part(args, names: list[str], size: str, overrides: dict | None = None) -> int:
     from .experiments import reproduce_part
 
     if len(names) != 1 or args.result_file is None:
@@ -104,7 +141,7 @@ def _reproduce_part(args, names: list[str], size: str) -> int:
         return 2
     try:
         results = reproduce_part(names[0], args.part, size=size, out=args.out, progress=args.progress,
-                                 budget_minutes=args.budget)
+                                 budget_minutes=args.budget, overrides=(overrides or {}).get(names[0]))
     except ValueError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2
@@ -164,12 +201,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "AlgoFormer): the theory and the linear models only")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run up to N papers at once, each in its own process (default 1); the report is the same")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="change one setting of the paper named (a TOML value: --set kappas=[2,16,64] --set d=20); "
+                        "`jaxicl config NAME` lists them")
+    p.add_argument("--config", metavar="FILE", help="settings from a TOML file (as `jaxicl config NAME` prints); "
+                                                     "--set wins over it")
     p.add_argument("--result-file", default=None, help=argparse.SUPPRESS)  # a --jobs parent's per-paper process
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # a --jobs parent's process for part of a paper
     p.add_argument("--cpu-threads", type=int, default=None, help=argparse.SUPPRESS)  # its share of the cores
     _add_cache_options(p)
     _add_device_option(p)
     p.set_defaults(func=_cmd_reproduce)
+    p = sub.add_parser("config", help="print a paper's settings as a TOML file to start from (--config FILE)")
+    p.add_argument("name", help="the reproduction (see `jaxicl list`)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="the quick size's settings (default)")
+    g.add_argument("--full", action="store_true", help="the paper's size")
+    p.set_defaults(func=_cmd_config)
     p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config)")
     p.add_argument("config", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
     p.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")

@@ -15,7 +15,9 @@ from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
 from ..watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
 from .budget import TimeBudget
+from . import settings
 from .report import Check, PaperResult, PartResult, headline, render_markdown
+from .report import recording as report_settings
 
 # name -> (module, one-line description); later issues add their papers here.
 REPRODUCTIONS = {
@@ -64,6 +66,28 @@ def _modules(names: list[str], transformers: bool = True) -> dict:
     return modules
 
 
+def effective_settings(modules: dict, size: str, overrides: dict | None) -> dict:
+    """name -> the paper's ``Config`` at ``size`` with its ``overrides`` (name -> {setting: value}) applied and
+    checked (:class:`~jaxicl.experiments.settings.SettingsError` naming the setting), for every paper in
+    ``modules``; None for a paper without overrides (it runs at ``size``). Checked before any work."""
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(modules))
+    if unknown:
+        raise settings.SettingsError(f"settings given for {', '.join(unknown)}, which this run does not reproduce.")
+    return {name: settings.apply(module.SIZES[size], overrides[name]) if overrides.get(name) else None
+            for name, module in modules.items()}
+
+
+def _run_with_settings(module, size: str, config, call):
+    """``call(config)``, recording the effective settings in the data files, and the changed ones in the result."""
+    effective = config or module.SIZES[size]
+    with report_settings(settings.flat(effective)):
+        res = call(config)
+    if config is not None and isinstance(res, PaperResult):
+        res.settings = settings.differences(config, module.SIZES[size])
+    return res
+
+
 def _jobs(modules: dict) -> list[tuple[str, str | None]]:
     """The processes of a ``--jobs`` run: (paper, part) for each part of a paper with ``PARTS`` (independent pieces
     of work: :class:`PartResult`), else (paper, None)."""
@@ -89,7 +113,7 @@ def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 
 
 
 def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report", progress: bool = False,
-                   budget_minutes: float | None = None) -> list[PartResult]:
+                   budget_minutes: float | None = None, overrides: dict | None = None) -> list[PartResult]:
     """One part of a paper (its ``PARTS``; a ``--jobs`` run's process): trained and evaluated, checkpointed under
     ``out``, its datasets returned for the paper's ``assemble`` (no report written)."""
     module = _modules([name])[name]
@@ -98,8 +122,10 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
     print(f"[jaxicl] reproducing {name}/{part} ({size}) ...", flush=True)
     whole = StageTimer()
     budget = None if budget_minutes is None else TimeBudget(60 * budget_minutes)
+    config = effective_settings({name: module}, size, {name: overrides} if overrides else None)[name]
     with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
-        (res,) = module.run_parts([part], size=size, out=Path(out), progress=progress, budget=budget)
+        (res,) = _run_with_settings(module, size, config, lambda c: module.run_parts(
+            [part], size=size, out=Path(out), progress=progress, budget=budget, **({"config": c} if c else {})))
     done = whole.lap(part)
     print(f"[jaxicl] {name}/{part}: done in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA "
           f"programs, {done.cache_hits} from the persistent cache)", flush=True)
@@ -108,7 +134,7 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
 
 def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
               budget_minutes: float | None = None, transformers: bool = True, jobs: int = 1,
-              write_report: bool = True) -> list[PaperResult]:
+              write_report: bool = True, overrides: dict | None = None) -> list[PaperResult]:
     """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
 
     ``budget_minutes``: wall clock for the whole call; the papers that train transformers share what is left of
@@ -117,7 +143,9 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     ``transformers=False`` leaves out every figure that trains softmax transformers (and papers made only of them).
     ``jobs`` > 1 runs up to that many papers at once, each in its own ``jaxicl reproduce NAME`` process (see
     :func:`_run_in_processes`); the results and the report are those of a sequential run, in the order given.
-    ``write_report=False`` leaves ``out/report.md`` alone (the per-paper processes of ``jobs`` > 1)."""
+    ``write_report=False`` leaves ``out/report.md`` alone (the per-paper processes of ``jobs`` > 1).
+    ``overrides``: paper -> {setting: value} (:mod:`jaxicl.experiments.settings`), checked before any work; the
+    report names the settings that differ from ``size``'s."""
     names = list(names) if names else available()
     unknown = [n for n in names if n not in REPRODUCTIONS]
     if unknown:
@@ -130,9 +158,10 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         raise ValueError(f"jobs must be a positive integer, got {jobs}.")
     out = Path(out)
     modules = _modules(names, transformers)
+    configs = effective_settings(modules, size, overrides)
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
     if runs_in_processes(names, jobs, transformers):
-        return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs))
+        return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides)
     results = []
     for i, (name, module) in enumerate(modules.items()):
         print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
@@ -142,7 +171,8 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
             training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
             kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
         with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
-            res = module.run(size=size, out=out, progress=progress, **kwargs)
+            res = _run_with_settings(module, size, configs[name], lambda c: module.run(
+                size=size, out=out, progress=progress, **kwargs, **({"config": c} if c else {})))
         done = whole.lap(name)
         if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
             rest = total(res.stages)
@@ -158,7 +188,7 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
 
 def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
                    result_file: Path, threads: int | None = None, part: str | None = None,
-                   device: str | None = None) -> list[str]:
+                   device: str | None = None, overrides: dict | None = None) -> list[str]:
     """``jaxicl reproduce NAME`` (``--part PART``: that part of it) as a process that pickles its result to
     ``result_file`` and writes no report.md, with this process's size, output directory, budget end and compilation
     cache, and XLA:CPU's thread pool sized to ``threads`` (:func:`jaxicl.cli.size_cpu_thread_pool`; None: XLA's
@@ -169,6 +199,8 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
            "--result-file", str(result_file)]
     cmd += [] if part is None else ["--part", part]
     cmd += [] if device is None else ["--device", device]
+    for key, value in (overrides or {}).items():
+        cmd += ["--set", f"{key}={settings.toml_value(value)}"]
     cmd += ["--progress"] if progress else []
     cmd += [] if transformers else ["--skip-transformers"]
     cmd += [] if end is None else ["--budget", repr(max(end - time.time(), 0.06) / 60)]
@@ -247,7 +279,7 @@ class AcceleratorOwner:
 
 
 def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
-                      transformers: bool, jobs: int) -> list[PaperResult]:
+                      transformers: bool, jobs: int, overrides: dict | None = None) -> list[PaperResult]:
     """Each paper in its own process, or each part of a paper with ``PARTS`` (:func:`reproduce_part`; the paper is
     assembled here once all its parts are done), up to ``jobs`` at once, all sharing the persistent compilation cache.
 
@@ -281,7 +313,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             with devices.claim() as device:  # one process at a time holds the accelerator
                 for attempt in (1, 2):  # a deadlocked process is stopped and started once more (cache, checkpoints)
                     cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part,
-                                         device)
+                                         device, **({"overrides": overrides[name]} if (overrides or {}).get(name)
+                                                    else {}))
                     rc = _run_watched(cmd, label)
                     if rc is not None:
                         break
@@ -299,7 +332,10 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                     parts[name].append(res)
                     if len(parts[name]) < len(modules[name].PARTS):
                         return
-                    res = modules[name].assemble(size, out, parts[name])
+                    config = effective_settings({name: modules[name]}, size,
+                                                {name: overrides[name]} if (overrides or {}).get(name) else None)[name]
+                    res = _run_with_settings(modules[name], size, config, lambda c: modules[name].assemble(
+                        size, out, parts[name], **({"config": c} if c else {})))
                     _print_summary(name, res, total(res.stages), len(parts[name]))
                 results[name] = res
                 atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))

@@ -63,6 +63,16 @@ class Config:
     dist_target_thm5: float = 0.25
     seed: int = 0
 
+    @classmethod
+    def quick(cls) -> "Config":
+        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
+        return SIZES["quick"]
+
+    @classmethod
+    def full(cls) -> "Config":
+        """The paper's size (``SIZES["full"]``)."""
+        return SIZES["full"]
+
 
 SIZES = {
     "quick": Config(seeds=3),  # three seeds trained together: the training rows are asserted for each
@@ -250,8 +260,11 @@ def check_thm3(cfg: Config, key) -> tuple[list[Check], dict]:
     return checks, {"A": np.asarray(A), "diag": np.asarray(jnp.diagonal(A, axis1=1, axis2=2))}
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False) -> PaperResult:
-    cfg = SIZES[size]
+def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
+        config: Config | None = None) -> PaperResult:
+    """Every figure and theorem check at ``size``, or at the settings ``config`` (e.g. ``dataclasses.replace(
+    Config.quick(), depths=(1, 2, 8))``)."""
+    cfg = config or SIZES[size]
     out = Path(out)
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(cfg.seed)

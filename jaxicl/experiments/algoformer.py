@@ -74,6 +74,16 @@ class Config:
     seed: int = 0
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
 
+    @classmethod
+    def quick(cls) -> "Config":
+        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
+        return SIZES["quick"]
+
+    @classmethod
+    def full(cls) -> "Config":
+        """The paper's size (``SIZES["full"]``)."""
+        return SIZES["full"]
+
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
@@ -402,14 +412,14 @@ def _part_runs(cfg: Config, part: str) -> int:
 
 
 def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-              budget: TimeBudget | None = None) -> list[PartResult]:
+              budget: TimeBudget | None = None, config: Config | None = None) -> list[PartResult]:
     """Train and evaluate ``parts`` (of :data:`PARTS`) in turn, each model checkpointed under
     ``out/algoformer/checkpoints``; their datasets go to :func:`assemble`. Under a ``budget`` every run of these
     parts gets its share."""
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise ValueError(f"unknown part(s) {unknown} of {NAME}; one of {list(PARTS)}.")
-    cfg = SIZES[size]
+    cfg = config or SIZES[size]
     key = jax.random.PRNGKey(cfg.seed)
     ckpt = Path(out) / NAME / "checkpoints" / size
     plan(budget, sum(_part_runs(cfg, p) for p in parts))
@@ -431,11 +441,11 @@ def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), pro
     return results
 
 
-def assemble(size: str, out: Path, parts: list[PartResult]) -> PaperResult:
+def assemble(size: str, out: Path, parts: list[PartResult], config: Config | None = None) -> PaperResult:
     """The paper's checks, figures and data files (``out/algoformer/fig{2,3,5}.nc``) from the results of all
     :data:`PARTS`, in any order: Fig. 2's dataset joins its tasks'."""
     t0 = time.perf_counter()
-    cfg = SIZES[size]
+    cfg = config or SIZES[size]
     out = Path(out)
     by_part = {p.part: p for p in parts}
     missing = [p for p in PARTS if p not in by_part]
@@ -470,6 +480,6 @@ def assemble(size: str, out: Path, parts: list[PartResult]) -> PaperResult:
 
 
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None) -> PaperResult:
-    """Every part (:func:`run_parts`), then :func:`assemble`."""
-    return assemble(size, out, run_parts(PARTS, size, out, progress, budget))
+        budget: TimeBudget | None = None, config: Config | None = None) -> PaperResult:
+    """Every part (:func:`run_parts`), then :func:`assemble`; at ``size``, or at the settings ``config``."""
+    return assemble(size, out, run_parts(PARTS, size, out, progress, budget, config), config)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 from pathlib import Path
 from statistics import NormalDist
 
@@ -153,6 +155,7 @@ class PaperResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     stages: list[Stage] = dataclasses.field(default_factory=list)  # where the time went (compile vs run)
     partial: dict[str, str] = dataclasses.field(default_factory=dict)  # figure -> "partial, step s of S"
+    settings: dict = dataclasses.field(default_factory=dict)  # setting -> (value, the size's value), where changed
 
     @property
     def complete(self) -> bool:
@@ -184,8 +187,25 @@ def fmt(x, digits: int = 4) -> str:
     return "[" + ", ".join(f"{float(v):.{digits}g}" for v in x.ravel()) + "]"
 
 
+_SETTINGS: list[str] = []  # the JSON of the effective settings of the reproduction running (see recording)
+
+
+@contextlib.contextmanager
+def recording(settings: dict):
+    """Within the block, every dataset :func:`save_dataset` writes carries ``settings`` (a reproduction's effective
+    settings, setting -> value) in its ``jaxicl_settings`` attribute, as JSON."""
+    _SETTINGS.append(json.dumps(settings, default=str))
+    try:
+        yield
+    finally:
+        _SETTINGS.pop()
+
+
 def save_dataset(ds, path: Path) -> None:
-    """Write an ``xarray.Dataset`` as netCDF, atomically."""
+    """Write an ``xarray.Dataset`` as netCDF, atomically, with the effective settings of the reproduction running
+    (:func:`recording`) in its attributes."""
+    if _SETTINGS:
+        ds = ds.assign_attrs(jaxicl_settings=_SETTINGS[-1])
     with atomic_output(path, ".nc") as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf")
 
@@ -218,6 +238,10 @@ def render_markdown(results: list[PaperResult]) -> str:
               "measurement the paper makes no claim about.", ""]
     for r in results:
         lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s; {headline(r.checks)}.", ""]
+        if r.settings:
+            changed = ", ".join(f"`{k} = {v!r}` ({r.size}: {was!r})" for k, (v, was) in r.settings.items())
+            lines += [f"**Settings changed** from `{r.size}`: {changed}. Every check below ran at these settings, not "
+                      "the paper's; the data files' `jaxicl_settings` attribute holds them all.", ""]
         lines += ["| claim | predicted | simulated | tolerance | result |", "|---|---|---|---|---|"]
         for c in r.checks:
             cells = [c.claim, c.predicted, c.simulated, c.tolerance_cell, c.status]

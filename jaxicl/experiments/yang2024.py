@@ -106,6 +106,16 @@ class Config:
     transformer: TransformerConfig | None = TransformerConfig()
     seed: int = 0
 
+    @classmethod
+    def quick(cls) -> "Config":
+        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
+        return SIZES["quick"]
+
+    @classmethod
+    def full(cls) -> "Config":
+        """The paper's size (``SIZES["full"]``)."""
+        return SIZES["full"]
+
 
 # quick transformers: 700 steps pass every check of Figs. 2(b)/5 for seeds 0-2 with the largest Fig. 5 excess 0.041
 # of its 0.1 bound, and Fig. 5's best H is 4 in each, as in the paper (benchmarks/README.md, 2026-11-26)
@@ -682,10 +692,11 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
 
 
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None, transformers: bool = True) -> PaperResult:
-    """Every check and figure at ``size``; ``transformers=False`` leaves out Figs. 2(b) and 5 (transformer
+        budget: TimeBudget | None = None, transformers: bool = True, config: Config | None = None) -> PaperResult:
+    """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Figs. 2(b) and 5 (transformer
     training)."""
-    cfg = SIZES[size] if transformers else dataclasses.replace(SIZES[size], transformer=None)
+    cfg = config or SIZES[size]
+    cfg = cfg if transformers else dataclasses.replace(cfg, transformer=None)
     out = Path(out)
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(cfg.seed)

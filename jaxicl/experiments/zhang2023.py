@@ -72,6 +72,16 @@ class Config:
     gpt2: GPT2Config | None = GPT2Config()
     seed: int = 0
 
+    @classmethod
+    def quick(cls) -> "Config":
+        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
+        return SIZES["quick"]
+
+    @classmethod
+    def full(cls) -> "Config":
+        """The paper's size (``SIZES["full"]``)."""
+        return SIZES["full"]
+
 
 SIZES = {
     "quick": Config(),
@@ -313,9 +323,11 @@ def _fig1_figure(out, ds: xr.Dataset, lsa: dict) -> str:
 
 
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None, transformers: bool = True) -> PaperResult:
-    """Every check and figure at ``size``; ``transformers=False`` leaves out Fig. 1 (its GPT-2 training)."""
-    cfg = SIZES[size] if transformers else dataclasses.replace(SIZES[size], gpt2=None)
+        budget: TimeBudget | None = None, transformers: bool = True, config: Config | None = None) -> PaperResult:
+    """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Fig. 1 (its
+    GPT-2 training)."""
+    cfg = config or SIZES[size]
+    cfg = cfg if transformers else dataclasses.replace(cfg, gpt2=None)
     out = Path(out)
     t_start = time.perf_counter()
     with jax.enable_x64(True):

@@ -1,0 +1,185 @@
+"""A reproduction's settings, changed from the command line or a file: ``jaxicl reproduce NAME --set kappas=[2,16,64]
+--config FILE.toml``, and ``jaxicl config NAME`` to print them.
+
+Every paper's module has a frozen ``Config`` dataclass and ``SIZES = {"quick": Config(...), "full": Config(...)}``.
+An override names a field (``d``, ``kappas``; a nested config's field with a dot: ``gpt2.steps``) and gives a TOML
+value (``20``, ``[2, 16, 64]``, ``"bfloat16"``). It is checked before any work, against the type of the field's value
+at that size:
+
+- an unknown key is an error listing the allowed keys and the closest one;
+- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed`` ≥ 0); reals finite and ≥ 0; a field named after κ ≥ 1;
+- a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text.
+
+The effective settings, and those that differ from the paper's size, are recorded in the report
+(:attr:`PaperResult.settings <jaxicl.experiments.report.PaperResult>`); training checkpoints refuse to resume under
+changed settings that would make them wrong (their ``config`` fingerprint names the changed key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """An override that cannot be applied: the message names the key, the value and what is allowed."""
+
+
+def flat(cfg) -> dict[str, Any]:
+    """Every field of a config as ``name`` (``parent.name`` in a nested config) -> value."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update({f"{f.name}.{k}": v for k, v in flat(value).items()})
+        else:
+            out[f.name] = value
+    return out
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``"key=value"`` -> (key, value), the value read as TOML (a bare word is text: ``compute_dtype=bfloat16``)."""
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key:
+        raise SettingsError(f"--set takes KEY=VALUE (a TOML value, e.g. kappas=[2,16,64]), got {text!r}.")
+    try:
+        return key, tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        if raw and all(c.isalnum() or c in "_-." for c in raw):
+            return key, raw
+        raise SettingsError(f"--set {key}: {raw!r} is not a TOML value (numbers, true/false, \"text\", [lists]).") \
+            from None
+
+
+def read_file(path) -> dict[str, Any]:
+    """A settings file: top-level keys, and tables for nested configs (``[gpt2]``), as dotted keys."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SettingsError(f"settings file {path} does not exist.") from None
+    except IsADirectoryError:
+        raise SettingsError(f"settings file {path} is a directory: give the path of a TOML file.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SettingsError(f"cannot read settings file {path}: {e}.") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"{path} is not valid TOML: {e}") from None
+
+    def walk(table, prefix=""):
+        for k, v in table.items():
+            if isinstance(v, dict):
+                yield from walk(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+
+    return dict(walk(raw))
+
+
+def _entry(key: str, value, like):
+    """``value`` checked against the field's current value ``like`` (its type and the sign rules)."""
+    if isinstance(like, bool):
+        if not isinstance(value, bool):
+            raise SettingsError(f"{key} must be true or false, got {value!r}.")
+        return value
+    if isinstance(like, int):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+            raise SettingsError(f"{key} must be an integer, got {value!r}.")
+        low = 0 if key.split(".")[-1].split("[")[0] == "seed" else 1
+        if value < low:
+            raise SettingsError(f"{key} must be >= {low}, got {int(value)}.")
+        return int(value)
+    if isinstance(like, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SettingsError(f"{key} must be a real number, got {value!r}.")
+        if not math.isfinite(value):
+            raise SettingsError(f"{key} must be finite, got {value}.")
+        low = 1.0 if "kappa" in key.lower() else 0.0
+        if value < low:
+            raise SettingsError(f"{key} must be >= {low:g}{' (a condition number)' if low else ''}, got {value}.")
+        return float(value)
+    if isinstance(like, str) or like is None:
+        if not isinstance(value, str):
+            raise SettingsError(f"{key} must be text, got {value!r}.")
+        return value
+    raise SettingsError(f"{key} cannot be set from the command line.")
+
+
+def _value(key: str, value, like):
+    if isinstance(like, tuple):
+        if not isinstance(value, list):
+            raise SettingsError(f"{key} must be a list, e.g. {list(like)}, got {value!r}.")
+        if not value:
+            raise SettingsError(f"{key} must not be empty.")
+        kinds = {type(v) for v in like}
+        sample = 0.0 if float in kinds or not like else like[0]  # a tuple of tuples: its entries' first, e.g. (8, 6)
+        return tuple(_value(f"{key}[{i}]", v, sample) for i, v in enumerate(value))
+    return _entry(key, value, like)
+
+
+def apply(cfg, overrides: dict[str, Any]):
+    """``cfg`` with ``overrides`` (dotted keys -> values) applied and checked (:class:`SettingsError` naming the key)."""
+    fields = flat(cfg)
+    nested = {f.name for f in dataclasses.fields(cfg)}
+    changes: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            parent = key.split(".")[0]
+            if "." in key and parent in nested and getattr(cfg, parent) is None:
+                raise SettingsError(f"{key}: {parent} is off in this run (--skip-transformers?).")
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise SettingsError(f"unknown setting {key!r}.{hint} Allowed: {', '.join(fields)}.")
+        changes.setdefault(key.split(".")[0] if "." in key else "", {})[key.split(".")[-1]] = _value(
+            key, value, fields[key])
+    top = changes.pop("", {})
+    for parent, sub in changes.items():
+        top[parent] = dataclasses.replace(getattr(cfg, parent), **sub)
+    return dataclasses.replace(cfg, **top)
+
+
+def differences(cfg, reference) -> dict[str, tuple[Any, Any]]:
+    """The settings in which ``cfg`` differs from ``reference`` (the paper's size): key -> (value, reference value)."""
+    a, b = flat(cfg), flat(reference) if reference is not None else {}
+    return {k: (v, b.get(k)) for k, v in a.items() if b.get(k) != v}
+
+
+def toml_value(value) -> str:
+    """``value`` written as a TOML value (what :func:`parse_assignment` reads back)."""
+    return _toml(value)
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def to_toml(cfg, sizes: dict, size: str, docs: dict[str, str] | None = None, title: str = "") -> str:
+    """``cfg`` as a TOML settings file to start from (``--config``): every field, with its meaning where ``docs`` has
+    it and its value at the other sizes where it differs. A field that is off (None) is left out."""
+    docs = docs or {}
+    others = {name: flat(c) for name, c in sizes.items() if name != size}
+    values = {k: v for k, v in flat(cfg).items() if v is not None}
+
+    def line(key, name):
+        note = [docs[key]] if key in docs else []
+        note += [f"{other}: {_toml(vals.get(key))}" for other, vals in others.items() if vals.get(key) != values[key]]
+        return f"{name} = {_toml(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
+
+    lines = [f"# {title}" if title else "# settings", f"# size: {size}. Change any value and pass this file with "
+             "--config FILE, or one value with --set KEY=VALUE.", ""]
+    lines += [line(k, k) for k in values if "." not in k]
+    for table in dict.fromkeys(k.split(".")[0] for k in values if "." in k):
+        lines += ["", f"[{table}]"] + [line(k, k.split(".", 1)[1]) for k in values if k.startswith(f"{table}.")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,151 @@
+"""A reproduction's settings changed by --set / --config (jaxicl.experiments.settings): checked before any work,
+round-tripped through `jaxicl config`, recorded, followed by the theory, and refused by a checkpoint they would make
+wrong."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from jaxicl import cli
+from jaxicl.experiments import _modules, available, settings
+from jaxicl.experiments import gatmiry2024 as G
+from jaxicl.experiments.settings import SettingsError
+
+
+def test_an_override_changes_the_numbers_as_the_theory_says():
+    """Gatmiry Thm 4 at κ = 64 (not a paper setting): the Chebyshev construction's worst-case error is 1/T_L((κ+1)/(κ−1)),
+    computed here from the closed form, and grows with κ."""
+    cfg = settings.apply(G.Config.quick(), {"construct_kappas": [16, 64], "construct_depths": [2, 4]})
+    assert cfg.construct_kappas == (16.0, 64.0) and cfg.construct_depths == (2, 4)
+    with jax.enable_x64(True):
+        checks, ds = G.check_constructions(cfg)
+    cheb = ds["simulated"].sel({"method": "chebyshev"})  # (sel(method=...) is the lookup method)
+    for kappa in (16.0, 64.0):
+        for L in (2, 4):
+            closed = 1 / np.cosh(L * np.arccosh((kappa + 1) / (kappa - 1)))
+            assert float(cheb.sel(kappa=kappa, depth=L)) == pytest.approx(closed, rel=1e-8)
+    assert float(cheb.sel(kappa=64.0, depth=4)) > float(cheb.sel(kappa=16.0, depth=4))
+    assert checks[0].passed
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"kapas": [2.0]}, r"unknown setting 'kapas'\. Did you mean 'kappas'\? Allowed: d, n, kappas"),
+    ({"d": 2.5}, r"^d must be an integer, got 2\.5"),
+    ({"d": 0}, r"^d must be >= 1, got 0"),
+    ({"seed": -1}, r"^seed must be >= 0"),
+    ({"lr": float("nan")}, r"^lr must be finite"),
+    ({"lr": -1e-3}, r"^lr must be >= 0"),
+    ({"kappas": [0.5, 2.0]}, r"kappas\[0\] must be >= 1 \(a condition number\)"),
+    ({"kappas": []}, r"kappas must not be empty"),
+    ({"kappas": 4.0}, r"kappas must be a list"),
+    ({"depths": [1, 2.5]}, r"depths\[1\] must be an integer"),
+    ({"steps": True}, r"steps must be an integer, got True"),
+    ({"steps": "many"}, r"steps must be an integer"),
+])
+def test_every_kind_of_bad_override_is_an_error_naming_it(overrides, match):
+    with pytest.raises(SettingsError, match=match):
+        settings.apply(G.Config.quick(), overrides)
+
+
+def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys, monkeypatch):
+    import jaxicl.experiments as E
+
+    monkeypatch.setattr(E, "reproduce", lambda *a, **k: pytest.fail("work started"))
+    for argv, message in [
+        (["gatmiry2024", "--set", "kapas=[2,16]"], "unknown setting 'kapas'. Did you mean 'kappas'?"),
+        (["gatmiry2024", "--set", "kappas"], "--set takes KEY=VALUE"),
+        (["gatmiry2024", "--set", "kappas=[2, 16"], "--set kappas: '[2, 16' is not a TOML value"),
+        (["--set", "d=3"], "--set and --config change one paper's settings: name that paper"),
+        (["zhang2023", "--set", "gpt2.stepz=10"], "unknown setting 'gpt2.stepz'. Did you mean 'gpt2.steps'?"),
+        (["gatmiry2024", "--config", str(tmp_path / "none.toml")], f"settings file {tmp_path / 'none.toml'} does not"),
+    ]:
+        assert cli.main(["reproduce", *argv, "--no-cache", "--out", str(tmp_path / "o")]) == 2
+        assert f"jaxicl: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", available())
+@pytest.mark.parametrize("size", ["quick", "full"])
+def test_jaxicl_config_round_trips_through_config(name, size, tmp_path, capsys):
+    """`jaxicl config NAME` prints every setting as TOML; read back with --config's reader and applied, it gives
+    the size's settings exactly."""
+    module = _modules([name])[name]
+    assert cli.main(["config", name, f"--{size}"]) == 0
+    path = tmp_path / "settings.toml"
+    path.write_text(capsys.readouterr().out)
+    values = settings.read_file(path)
+    assert settings.apply(module.SIZES[size], values) == module.SIZES[size]
+    assert set(values) == {k for k, v in settings.flat(module.SIZES[size]).items() if v is not None}
+
+
+def test_set_wins_over_config_and_values_parse_as_toml(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("kappas = [2.0, 16.0]\nsteps = 10\n")
+    args = cli.build_parser().parse_args(["reproduce", "gatmiry2024", "--config", str(path), "--set", "steps=20",
+                                          "--set", "fig2_ks=[2,5]"])
+    assert cli._overrides(args, ["gatmiry2024"]) == {"gatmiry2024": {"kappas": [2.0, 16.0], "steps": 20,
+                                                                     "fig2_ks": [2, 5]}}
+    assert settings.parse_assignment("compute_dtype=bfloat16") == ("compute_dtype", "bfloat16")
+    assert settings.parse_assignment("gpt2.compute_dtype=\"bfloat16\"") == ("gpt2.compute_dtype", "bfloat16")
+
+
+def test_changed_settings_are_recorded_in_the_report_and_the_data_files(tmp_path):
+    """A run at changed settings says so above its checks, and its netCDF files hold every effective setting."""
+    import json
+
+    import xarray as xr
+
+    from jaxicl.experiments import PaperResult
+    from jaxicl.experiments import _run_with_settings as run_with
+    from jaxicl.experiments.report import render_markdown, save_dataset
+
+    cfg = settings.apply(G.Config.quick(), {"kappas": [2.0, 64.0]})
+
+    def fake_run(config):
+        save_dataset(xr.Dataset({"x": ("k", np.arange(2.0))}), tmp_path / "fig.nc")
+        return PaperResult("gatmiry2024", "t", "quick", [], [], ["fig.nc"])
+
+    res = run_with(G, "quick", cfg, fake_run)
+    assert res.settings == {"kappas": ((2.0, 64.0), (2.0, 4.0, 8.0))}
+    assert "**Settings changed** from `quick`: `kappas = (2.0, 64.0)` (quick: (2.0, 4.0, 8.0))" in render_markdown([res])
+    attrs = xr.open_dataset(tmp_path / "fig.nc", engine="h5netcdf").attrs
+    assert json.loads(attrs["jaxicl_settings"])["kappas"] == [2.0, 64.0]
+    assert run_with(G, "quick", None, fake_run).settings == {}  # the paper's settings: nothing to say
+
+
+def test_a_changed_setting_refuses_a_resume_naming_it(tmp_path):
+    """An AlgoFormer model trained under one learning rate, resumed under another: the checkpoint's config differs
+    in ``lr`` and the error says so (a resume that would continue another run's trajectory)."""
+    from jaxicl.dynamics.train import CheckpointError
+    from jaxicl.experiments import algoformer as A
+
+    cfg = dataclasses.replace(A.Config.quick(), steps=2, chunk=2, d_model=8, n_heads=2, batch=4)
+    task = A.fig2_tasks(cfg, jax.random.PRNGKey(0))["regression"]
+    model = A.build_model("standard", cfg, task, jax.random.PRNGKey(1))
+
+    def loss(m, k, s):
+        from jaxicl import losses
+
+        return losses.sequence_loss(m, task.prompts(k, cfg.batch))
+
+    ckpt = tmp_path / "m.ckpt"
+    A._fit(model, loss, cfg, jax.random.PRNGKey(2), ckpt, "m", False)
+    changed = settings.apply(cfg, {"lr": 1e-2})
+    with pytest.raises(CheckpointError, match=r"another configuration \(config differ: lr: checkpoint '0.001' vs run "
+                                              r"'0.01'\)"):
+        A._fit(model, loss, changed, jax.random.PRNGKey(2), ckpt, "m", False)
+    A._fit(model, loss, cfg, jax.random.PRNGKey(2), ckpt, "m", False)  # the same settings: resumed, no error
+
+
+def test_jobs_children_get_the_same_settings(tmp_path):
+    """A --jobs run's processes get the paper's overrides as --set flags, which parse back to the same values."""
+    import jaxicl.experiments as E
+
+    overrides = {"lr": 0.01, "loops": [8, 6], "fig3_loops": [[8, 6], [4, 3]], "compute_dtype": "bfloat16"}
+    cmd = E._child_command("algoformer", "quick", tmp_path, False, None, True, tmp_path / "r.pkl", part="ar",
+                           overrides=overrides)
+    args = cli.build_parser().parse_args(cmd[cmd.index("reproduce"):])
+    assert cli._overrides(args, ["algoformer"]) == {"algoformer": overrides}
+    cfg = settings.apply(E._modules(["algoformer"])["algoformer"].SIZES["quick"], overrides)
+    assert cfg.fig3_loops == ((8, 6), (4, 3)) and cfg.compute_dtype == "bfloat16"
