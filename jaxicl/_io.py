@@ -55,6 +55,24 @@ def writable_directory(path, what: str) -> Path:
     return path
 
 
+def read_toml(path, what: str) -> dict:
+    """The TOML file ``path`` as a dict; a ``ValueError`` naming it (as ``what``, e.g. "config file") and what is wrong
+    if it is missing, a directory, unreadable or not TOML."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} does not exist.") from None
+    except IsADirectoryError:
+        raise ValueError(f"{what} {path} is a directory: give the path of a TOML file.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {what} {path}: {getattr(e, 'strerror', None) or e}.") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path} is not valid TOML: {e}") from None
+
+
 def atomic_write_text(path, text: str) -> None:
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text)

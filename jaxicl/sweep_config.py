@@ -28,7 +28,6 @@ Example (every key shown; ``[grid]`` axes override the scalar of the same name):
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 SCHEMA = {
@@ -91,17 +90,12 @@ def _check_type(where: str, value, typ):
 
 def load_config(path) -> dict:
     """Parse and validate a sweep TOML file; errors name the offending key."""
-    path = Path(path)
+    from ._io import read_toml
+
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist.") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a directory: give the path of a TOML file.") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {path}: {getattr(e, 'strerror', None) or e}.") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+        raw = read_toml(path, "config file")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     cfg = {}
     for section, value in raw.items():
         if section not in SCHEMA:

@@ -26,6 +26,7 @@ from ..sweep import sweep
 from ..theory import ahn
 from ..xla_cpu import after
 from .report import Check, PaperResult, fmt, lap_timer, mc_check, save_dataset, save_paper_figure
+from .settings import Sized
 
 NAME = "ahn2023"
 TITLE = "Transformers learn to implement preconditioned gradient descent (Ahn, Cheng, Daneshmand & Sra)"
@@ -33,7 +34,7 @@ OPTIMIZERS = ("levenberg_marquardt", "lbfgs", "adam")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(Sized):
     d: int = 5
     n: int = 20
     n_thm5: int = 10
@@ -62,16 +63,6 @@ class Config:
     dist_target: float = 0.15
     dist_target_thm5: float = 0.25
     seed: int = 0
-
-    @classmethod
-    def quick(cls) -> "Config":
-        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
-        return SIZES["quick"]
-
-    @classmethod
-    def full(cls) -> "Config":
-        """The paper's size (``SIZES["full"]``)."""
-        return SIZES["full"]
 
 
 SIZES = {

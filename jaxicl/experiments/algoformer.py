@@ -40,6 +40,7 @@ from .. import baselines, losses, models, tasks
 from ..dynamics import train
 from .budget import TimeBudget, least_complete, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, PartResult, fmt, lap_timer, paper_claim, save_dataset, save_paper_figure
+from .settings import Sized
 
 NAME = "algoformer"
 TRANSFORMERS_ONLY = True  # every figure trains transformers: `jaxicl reproduce --skip-transformers` leaves it out
@@ -48,7 +49,7 @@ MODELS = ("standard", "looped", "algoformer")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(Sized):
     d: int  # regression input dimension (Figs. 2(a), 3, 5)
     N: int  # in-context examples
     phi_width: int  # hidden width of the 3-layer representation Φ*
@@ -73,16 +74,6 @@ class Config:
     chunk: int
     seed: int = 0
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
-
-    @classmethod
-    def quick(cls) -> "Config":
-        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
-        return SIZES["quick"]
-
-    @classmethod
-    def full(cls) -> "Config":
-        """The paper's size (``SIZES["full"]``)."""
-        return SIZES["full"]
 
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's

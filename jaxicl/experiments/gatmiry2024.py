@@ -27,6 +27,7 @@ from ..models import LinearTransformer
 from ..sweep import sweep
 from ..theory import gatmiry as G
 from .report import Check, PaperResult, fmt, lap_timer, paper_claim, save_dataset, save_paper_figure
+from .settings import Sized
 
 NAME = "gatmiry2024"
 TITLE = "On the role of depth and looping for in-context learning with task diversity (Gatmiry et al.)"
@@ -34,7 +35,7 @@ ARCH = ("multilayer", "looped")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(Sized):
     d: int = 10
     n: int = 20
     kappas: tuple = (2.0, 4.0, 8.0)
@@ -66,16 +67,6 @@ class Config:
     learned_powers: tuple = (8.0, 32.0, 128.0, 512.0, 2048.0)
     learned_iterations: int = 200
     seed: int = 0
-
-    @classmethod
-    def quick(cls) -> "Config":
-        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
-        return SIZES["quick"]
-
-    @classmethod
-    def full(cls) -> "Config":
-        """The paper's size (``SIZES["full"]``)."""
-        return SIZES["full"]
 
 
 # What each setting means (`jaxicl config gatmiry2024` prints them next to the values)

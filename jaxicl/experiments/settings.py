@@ -20,9 +20,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import sys
 import tomllib
-from pathlib import Path
 from typing import Any
+
+
+class Sized:
+    """Base of a paper's ``Config``: ``Config.quick()`` and ``Config.full()`` are its module's ``SIZES``; change any
+    setting with ``dataclasses.replace``."""
+
+    @classmethod
+    def quick(cls):
+        return sys.modules[cls.__module__].SIZES["quick"]
+
+    @classmethod
+    def full(cls):
+        return sys.modules[cls.__module__].SIZES["full"]
 
 
 class SettingsError(ValueError):
@@ -58,17 +71,12 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 def read_file(path) -> dict[str, Any]:
     """A settings file: top-level keys, and tables for nested configs (``[gpt2]``), as dotted keys."""
-    path = Path(path)
+    from .._io import read_toml
+
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SettingsError(f"settings file {path} does not exist.") from None
-    except IsADirectoryError:
-        raise SettingsError(f"settings file {path} is a directory: give the path of a TOML file.") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SettingsError(f"cannot read settings file {path}: {e}.") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SettingsError(f"{path} is not valid TOML: {e}") from None
+        raw = read_toml(path, "settings file")
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
 
     def walk(table, prefix=""):
         for k, v in table.items():

@@ -33,6 +33,7 @@ from ..sweep import sweep
 from ..theory import yang as Y
 from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, save_dataset, save_paper_figure
+from .settings import Sized
 
 NAME = "yang2024"
 TITLE = "In-context learning with representations: contextual generalization of trained transformers (Yang et al.)"
@@ -65,7 +66,7 @@ class TransformerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(Sized):
     # Fig. 2(a) and Fig. 4 (§4): N = 30, K = 200, d = 100, m = 20; τ is not stated there, we use Fig. 3's 0.01
     d: int = 100
     K: int = 200
@@ -105,16 +106,6 @@ class Config:
     # Figs. 2(b) and 5: a 4-layer transformer (None: skip)
     transformer: TransformerConfig | None = TransformerConfig()
     seed: int = 0
-
-    @classmethod
-    def quick(cls) -> "Config":
-        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
-        return SIZES["quick"]
-
-    @classmethod
-    def full(cls) -> "Config":
-        """The paper's size (``SIZES["full"]``)."""
-        return SIZES["full"]
 
 
 # quick transformers: 700 steps pass every check of Figs. 2(b)/5 for seeds 0-2 with the largest Fig. 5 excess 0.041

@@ -29,6 +29,7 @@ from ..dynamics import Curriculum, train
 from ..theory import zhang
 from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, powered_mean_and_se, save_dataset, save_paper_figure
+from .settings import Sized
 
 NAME = "zhang2023"
 TITLE = "Trained Transformers Learn Linear Models In-Context (Zhang, Frei & Bartlett)"
@@ -55,7 +56,7 @@ class GPT2Config:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(Sized):
     d: int = 3
     N: int = 10
     sigma: float = 0.5
@@ -71,16 +72,6 @@ class Config:
     n_random_inits: int = 8
     gpt2: GPT2Config | None = GPT2Config()
     seed: int = 0
-
-    @classmethod
-    def quick(cls) -> "Config":
-        """The quick size's settings (``SIZES["quick"]``); change any with ``dataclasses.replace``."""
-        return SIZES["quick"]
-
-    @classmethod
-    def full(cls) -> "Config":
-        """The paper's size (``SIZES["full"]``)."""
-        return SIZES["full"]
 
 
 SIZES = {
