@@ -80,8 +80,8 @@ def effective_settings(modules: dict, size: str, overrides: dict | None) -> dict
 
 def _run_with_settings(module, size: str, config, call):
     """``call(config)``, recording the effective settings in the data files, and the changed ones in the result."""
-    effective = config or module.SIZES[size]
-    with report_settings(settings.flat(effective)):
+    effective = config or getattr(module, "SIZES", {}).get(size)
+    with report_settings(settings.flat(effective)) if effective is not None else contextlib.nullcontext():
         res = call(config)
     if config is not None and isinstance(res, PaperResult):
         res.settings = settings.differences(config, module.SIZES[size])
