@@ -16,15 +16,17 @@ from ._io import writable_directory
 
 def _cmd_config(args) -> int:
     from .experiments import _modules, available
-    from .experiments.settings import to_toml
+    from .experiments.settings import field_docs, to_toml
 
     if args.name not in available():
         print(f"jaxicl: unknown reproduction {args.name}; available: {', '.join(available())}", file=sys.stderr)
         return 2
     module = _modules([args.name])[args.name]
     size = "full" if args.full else "quick"
-    print(to_toml(module.SIZES[size], module.SIZES, size, getattr(module, "SETTINGS_DOCS", None),
-                  f"jaxicl reproduce {args.name}: {module.TITLE}"), end="")
+    cfg = module.SIZES[size]
+    docs, headings = field_docs(cfg)  # the class's comments, then the module's own
+    docs.update(getattr(module, "SETTINGS_DOCS", {}))
+    print(to_toml(cfg, module.SIZES, size, docs, f"jaxicl reproduce {args.name}: {module.TITLE}", headings), end="")
     return 0
 
 

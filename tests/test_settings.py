@@ -79,6 +79,19 @@ def test_jaxicl_config_round_trips_through_config(name, size, tmp_path, capsys):
     assert set(values) == {k for k, v in settings.flat(module.SIZES[size]).items() if v is not None}
 
 
+def test_jaxicl_config_says_what_each_setting_means(capsys):
+    """Meanings come from the module's SETTINGS_DOCS or the Config class's own comments, under its group's heading."""
+    assert cli.main(["config", "gatmiry2024", "--quick"]) == 0
+    text = capsys.readouterr().out
+    assert "kappas = [2.0, 4.0, 8.0]  # Fig. 1: condition-number ranges κ" in text
+    assert "steps = 400  # Adam steps per training run" in text and "full: 2000" in text
+    assert cli.main(["config", "yang2024"]) == 0
+    text = capsys.readouterr().out
+    assert "# Fig. 3: the gap against N, m = 100, τ = 0.01\nfig3_m = 100" in text
+    assert "beta = 1.0  # Q_h ~ N(0, β²)" in text and "\n[transformer]\n" in text
+    assert cli.main(["config", "nope"]) == 2
+
+
 def test_set_wins_over_config_and_values_parse_as_toml(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text("kappas = [2.0, 16.0]\nsteps = 10\n")

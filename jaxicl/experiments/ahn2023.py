@@ -65,6 +65,37 @@ class Config(Sized):
     seed: int = 0
 
 
+# What each setting means (`jaxicl config ahn2023` prints them next to the values)
+SETTINGS_DOCS = {
+    "d": "input dimension d (§5.3, §6.1)",
+    "n": "examples per prompt n (Figs. 1-2)",
+    "n_thm5": "examples per prompt for Figs. 3-4 (Thm 5)",
+    "scales": "Σ = UᵀD²U with D = diag(scales), a fresh Haar U per seed",
+    "n_layers": "layers of the linear transformer",
+    "train_batch": "prompts of the fixed training set per seed",
+    "test_batch": "prompts of the test set per seed",
+    "seeds": "independent covariances and trainings (the training rows are asserted for each)",
+    "init_scale": "every free parameter initialised N(0, init_scale²) (§5.3)",
+    "lm_steps": "Levenberg-Marquardt iterations (Figs. 1-2)",
+    "lm_steps_thm5": "Levenberg-Marquardt iterations (Figs. 3-4)",
+    "restarts_thm5": "Gaussian inits per seed (Figs. 3-4; the lowest training loss is kept)",
+    "lbfgs_steps": "L-BFGS iterations (optimizer comparison)",
+    "adam_steps": "Adam steps (optimizer comparison)",
+    "adam_lr": "Adam learning rate (optimizer comparison)",
+    "family_mc": "Monte-Carlo prompts for the whitened Gram eigenvalues (Lemma 2, Thm 1)",
+    "mc_batch": "Monte-Carlo prompts of the exact-vs-MC loss check",
+    "thm3_d": "Thm 3: input dimension",
+    "thm3_base": "Thm 3: sign-symmetrised prompts (×2^d for the raw estimate)",
+    "depths": "depth sweep: layers L",
+    "contexts": "context sweep: examples per prompt n",
+    "sweep_train_batch": "depth and context sweeps: training prompts per point",
+    "sweep_test_batch": "depth and context sweeps: test prompts per point",
+    "sweep_seeds": "depth and context sweeps: seeds per point",
+    "dist_target": "Thm 4 / Fig. 1: Dist(Σ^½AΣ^½, I) at the end must be at most this",
+    "dist_target_thm5": "Thm 5 / Fig. 3: the same distance for the block parametrization",
+    "seed": "PRNG seed of the whole reproduction",
+}
+
 SIZES = {
     "quick": Config(seeds=3),  # three seeds trained together: the training rows are asserted for each
     "full": Config(

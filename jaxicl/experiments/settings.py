@@ -54,6 +54,44 @@ def flat(cfg) -> dict[str, Any]:
     return out
 
 
+def field_docs(cfg) -> tuple[dict[str, str], dict[str, str]]:
+    """(docs, headings): what each setting of ``cfg`` means, read from its class's source: a field's trailing comment,
+    and the comment line that heads its group (``# Fig. 3: the gap against N``), if any; nested configs' dotted."""
+    import inspect
+    import re
+
+    docs: dict[str, str] = {}
+    headings: dict[str, str] = {}
+    try:
+        source = inspect.getsource(type(cfg))
+    except (OSError, TypeError):
+        return docs, headings
+    section = ""
+    for line in source.splitlines()[1:]:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            section = stripped.lstrip("# ").rstrip()
+            continue
+        match = re.match(r"(\w+)\s*:[^#]*?(?:#\s*(.*))?$", stripped)
+        if not match or not hasattr(cfg, match.group(1)):
+            if not stripped:
+                section = ""
+            continue
+        if match.group(2):
+            docs[match.group(1)] = match.group(2)
+        if section:
+            headings[match.group(1)] = section
+        if dataclasses.is_dataclass(getattr(cfg, match.group(1))):  # its heading is its table's, not the next field's
+            section = ""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            sub_docs, sub_headings = field_docs(value)
+            docs.update({f"{f.name}.{k}": v for k, v in sub_docs.items()})
+            headings.update({f"{f.name}.{k}": v for k, v in sub_headings.items()})
+    return docs, headings
+
+
 def parse_assignment(text: str) -> tuple[str, Any]:
     """``"key=value"`` -> (key, value), the value read as TOML (a bare word is text: ``compute_dtype=bfloat16``)."""
     key, sep, raw = text.partition("=")
@@ -173,17 +211,22 @@ def _toml(value) -> str:
     return str(value)
 
 
-def to_toml(cfg, sizes: dict, size: str, docs: dict[str, str] | None = None, title: str = "") -> str:
+def to_toml(cfg, sizes: dict, size: str, docs: dict[str, str] | None = None, title: str = "",
+            headings: dict[str, str] | None = None) -> str:
     """``cfg`` as a TOML settings file to start from (``--config``): every field, with its meaning where ``docs`` has
-    it and its value at the other sizes where it differs. A field that is off (None) is left out."""
-    docs = docs or {}
+    it and its value at the other sizes where it differs, under its group's heading (``headings``). A field that is
+    off (None) is left out."""
+    docs, headings = docs or {}, headings or {}
+    shown = [None]
     others = {name: flat(c) for name, c in sizes.items() if name != size}
     values = {k: v for k, v in flat(cfg).items() if v is not None}
 
     def line(key, name):
         note = [docs[key]] if key in docs else []
         note += [f"{other}: {_toml(vals.get(key))}" for other, vals in others.items() if vals.get(key) != values[key]]
-        return f"{name} = {_toml(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
+        text = f"{name} = {_toml(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
+        heading, shown[0] = (headings.get(key) if headings.get(key) != shown[0] else None), headings.get(key)
+        return f"# {heading}\n{text}" if heading else text
 
     lines = [f"# {title}" if title else "# settings", f"# size: {size}. Change any value and pass this file with "
              "--config FILE, or one value with --set KEY=VALUE.", ""]

@@ -74,6 +74,35 @@ class Config(Sized):
     seed: int = 0
 
 
+# What each setting means (`jaxicl config zhang2023` prints them next to the values)
+SETTINGS_DOCS = {
+    "d": "input dimension d (§3)",
+    "N": "examples per training prompt N",
+    "sigma": "balanced initialisation scale σ (Assumption 3.3; Thm 4.1 needs σ²‖Γ‖_op√d < 2)",
+    "t1": "gradient-flow horizon (time units)",
+    "mc_batch": "Monte-Carlo prompts of the exact-vs-MC loss check",
+    "Ns_thm42": "Thm 4.2: training context lengths N",
+    "Ms_thm42": "Thm 4.2: test context lengths M",
+    "thm42_batch": "Thm 4.2: test prompts per Monte-Carlo block (blocks are drawn until the check's power is 0.95)",
+    "cs": "covariate-scaling shift (Thm 4.4): test covariance c·Λ for each c",
+    "shift_N": "distribution shifts: training context length N",
+    "shift_M": "distribution shifts: test context length M",
+    "shift_batch": "distribution shifts: test prompts per Monte-Carlo block",
+    "n_random_inits": "non-balanced random initialisations, all entries N(0, 0.1²)",
+    "gpt2.d": "Fig. 1: input dimension",
+    "gpt2.Ns": "Fig. 1: training context lengths N, one model each",
+    "gpt2.d_model": "Fig. 1: transformer width",
+    "gpt2.n_layers": "Fig. 1: pre-LN GPT-2 blocks",
+    "gpt2.n_heads": "Fig. 1: attention heads",
+    "gpt2.steps": "Fig. 1: Adam steps per model (claims asserted at --full's count)",
+    "gpt2.batch": "Fig. 1: prompts per step",
+    "gpt2.lr": "Fig. 1: Adam learning rate",
+    "gpt2.cs": "Fig. 1: covariate scalings c of the test prompts",
+    "gpt2.test_prompts": "Fig. 1: test prompts per point",
+    "gpt2.chunk": "Fig. 1: steps per compiled chunk (progress, checkpoints between chunks)",
+    "seed": "PRNG seed of the whole reproduction",
+}
+
 SIZES = {
     "quick": Config(),
     "full": Config(
