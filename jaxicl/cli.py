@@ -81,7 +81,7 @@ def _cmd_reproduce(args) -> int:
     size = "full" if args.full else "quick"
     try:  # every setting checked before any work
         overrides = _overrides(args, names)
-        effective_settings(_modules(names, not args.skip_transformers), size, overrides)
+        effective_settings(_modules(names, not args.skip_transformers), size, overrides, not args.skip_transformers)
     except SettingsError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2

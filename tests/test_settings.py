@@ -60,6 +60,9 @@ def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys
         (["--set", "d=3"], "--set and --config change one paper's settings: name that paper"),
         (["zhang2023", "--set", "gpt2.stepz=10"], "unknown setting 'gpt2.stepz'. Did you mean 'gpt2.steps'?"),
         (["gatmiry2024", "--config", str(tmp_path / "none.toml")], f"settings file {tmp_path / 'none.toml'} does not"),
+        (["zhang2023", "--set", "gpt2.steps=10", "--skip-transformers"], "gpt2.steps: gpt2 is off in this run"),
+        (["yang2024", "--set", "transformer.lr=0.1", "--skip-transformers"], "transformer.lr: transformer is off"),
+        (["algoformer", "--set", "lr=0.1", "--skip-transformers"], "settings given for algoformer, which this run"),
     ]:
         assert cli.main(["reproduce", *argv, "--no-cache", "--out", str(tmp_path / "o")]) == 2
         assert f"jaxicl: {message}" in capsys.readouterr().err
@@ -162,3 +165,19 @@ def test_jobs_children_get_the_same_settings(tmp_path):
     assert cli._overrides(args, ["algoformer"]) == {"algoformer": overrides}
     cfg = settings.apply(E._modules(["algoformer"])["algoformer"].SIZES["quick"], overrides)
     assert cfg.fig3_loops == ((8, 6), (4, 3)) and cfg.compute_dtype == "bfloat16"
+
+
+def test_a_claim_whose_premise_fails_is_not_applicable_never_passed_or_failed():
+    """At settings outside a theorem's premise (Zhang Thm 4.1 needs σ²‖Γ‖_op√d < 2) its claims are "not applicable:
+    reason", whatever the numbers, never asserted; the headline counts them only when there are any."""
+    from jaxicl.experiments.report import Check, headline, paper_claim
+
+    why = "σ = 2 violates Thm 4.1's σ²‖Γ‖√d < 2 (9.3)"
+    for holds in (True, False):
+        c = paper_claim("flow → W^KQ_* (4.1)", "0", "1e-3", "rel 1e-6", holds, applies=False, reason=why)
+        assert (c.verdict, c.asserted, c.status) == ("not applicable", False, f"not applicable: {why}")
+    ok = Check("a", "1", "1", "exact", True)
+    assert headline([ok]) == "1 pass, 0 fail, 0 not reproduced, 0 reported"
+    assert headline([ok, c]) == "1 pass, 0 fail, 0 not reproduced, 1 not applicable, 0 reported"
+    with pytest.raises(ValueError, match="not applicable: give the reason"):
+        Check("b", "1", "2", "exact", False, applicable=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import os
@@ -66,15 +67,21 @@ def _modules(names: list[str], transformers: bool = True) -> dict:
     return modules
 
 
-def effective_settings(modules: dict, size: str, overrides: dict | None) -> dict:
+def effective_settings(modules: dict, size: str, overrides: dict | None, transformers: bool = True) -> dict:
     """name -> the paper's ``Config`` at ``size`` with its ``overrides`` (name -> {setting: value}) applied and
     checked (:class:`~jaxicl.experiments.settings.SettingsError` naming the setting), for every paper in
-    ``modules``; None for a paper without overrides (it runs at ``size``). Checked before any work."""
+    ``modules``; None for a paper without overrides (it runs at ``size``). Checked before any work. Without
+    ``transformers``, a paper's ``TRANSFORMER_SETTINGS`` (the nested config of its transformers) are off: setting
+    one is an error."""
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(modules))
     if unknown:
         raise settings.SettingsError(f"settings given for {', '.join(unknown)}, which this run does not reproduce.")
-    return {name: settings.apply(module.SIZES[size], overrides[name]) if overrides.get(name) else None
+    def base(module):
+        off = None if transformers else getattr(module, "TRANSFORMER_SETTINGS", None)
+        return module.SIZES[size] if off is None else dataclasses.replace(module.SIZES[size], **{off: None})
+
+    return {name: settings.apply(base(module), overrides[name]) if overrides.get(name) else None
             for name, module in modules.items()}
 
 
@@ -158,7 +165,7 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         raise ValueError(f"jobs must be a positive integer, got {jobs}.")
     out = Path(out)
     modules = _modules(names, transformers)
-    configs = effective_settings(modules, size, overrides)
+    configs = effective_settings(modules, size, overrides, transformers)
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
     if runs_in_processes(names, jobs, transformers):
         return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides)

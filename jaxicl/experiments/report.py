@@ -14,7 +14,7 @@ from .._io import atomic_output
 from ..profiling import Stage, StageTimer, total
 
 
-VERDICTS = ("pass", "FAIL", "not reproduced", "reported")
+VERDICTS = ("pass", "FAIL", "not reproduced", "not applicable", "reported")
 
 
 @dataclasses.dataclass
@@ -27,7 +27,9 @@ class Check:
     - ``passed`` False and not ``asserted``: **not reproduced**: a claim of the paper that this run contradicts,
       where it is not asserted (``reason`` says why: the size, the training steps, a partial run);
     - ``passed`` None: **reported**: a measurement the paper makes no claim about. A paper's claim is never
-      reported: it is asserted, or it is not reproduced where it fails.
+      reported: it is asserted, or it is not reproduced where it fails;
+    - not ``applicable``: **not applicable**: the claim's premise does not hold at this run's settings (e.g. a
+      theorem's condition on σ, after ``--set``); ``reason`` says which. Never asserted, whatever the numbers.
 
     ``seeds``: for a claim asserted from a stochastic run, over how many seeds it is asserted (the slow tests run
     them); shown in the tolerance column.
@@ -41,10 +43,15 @@ class Check:
     asserted: bool = True
     reason: str = ""
     seeds: int | None = None
+    applicable: bool = True
 
     def __post_init__(self):
         if self.passed is not None:
             self.passed = bool(self.passed)
+        if not self.applicable:
+            if not self.reason:
+                raise ValueError(f"the claim {self.claim!r} is not applicable: give the reason (the premise that fails).")
+            self.asserted = False
         if self.passed is None:
             self.asserted = False
         elif not self.asserted and not self.reason:
@@ -52,6 +59,8 @@ class Check:
 
     @property
     def verdict(self) -> str:
+        if not self.applicable:
+            return "not applicable"
         if self.passed is None:
             return "reported"
         if self.passed:
@@ -64,8 +73,8 @@ class Check:
         v = self.verdict
         if v == "FAIL":
             return "**FAIL**"
-        if v == "not reproduced":
-            return f"not reproduced: {self.reason}"
+        if v in ("not reproduced", "not applicable"):
+            return f"{v}: {self.reason}"
         if v == "pass" and not self.asserted:
             return f"pass (not asserted: {self.reason})"
         return v
@@ -76,11 +85,12 @@ class Check:
 
 
 def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, holds: bool, assert_if: bool = True,
-                reason: str = "", seeds: int | None = None) -> Check:
+                reason: str = "", seeds: int | None = None, applies: bool = True) -> Check:
     """A claim of a paper: asserted where ``assert_if`` (e.g. at ``--full``, where the run is the paper's size),
-    elsewhere "not reproduced" when it fails, for ``reason``."""
+    elsewhere "not reproduced" when it fails, for ``reason``; "not applicable", for ``reason``, where its premise
+    does not hold at these settings (not ``applies``)."""
     return Check(claim, predicted, simulated, tolerance, bool(holds), asserted=bool(assert_if),
-                 reason="" if assert_if else reason, seeds=seeds)
+                 reason="" if assert_if and applies else reason, seeds=seeds, applicable=bool(applies))
 
 
 def count_verdicts(checks) -> dict[str, int]:
@@ -94,7 +104,8 @@ def count_verdicts(checks) -> dict[str, int]:
 def headline(checks) -> str:
     """"97 pass, 0 fail, 4 not reproduced, 18 reported": the report's and the CLI's summary of ``checks``."""
     n = count_verdicts(checks)
-    return f"{n['pass']} pass, {n['FAIL']} fail, {n['not reproduced']} not reproduced, {n['reported']} reported"
+    na = f", {n['not applicable']} not applicable" if n["not applicable"] else ""  # only at changed settings
+    return f"{n['pass']} pass, {n['FAIL']} fail, {n['not reproduced']} not reproduced{na}, {n['reported']} reported"
 
 
 def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
@@ -234,7 +245,8 @@ def render_markdown(results: list[PaperResult]) -> str:
     lines = ["# jaxicl reproduction report", ""]
     lines += [headline([c for r in results for c in r.checks]) + ".", "",
               "Verdicts: pass or FAIL: a claim of the paper, asserted; not reproduced: a claim this run contradicts "
-              "where it is not asserted (the reason is given: the size, the training steps, an unfinished run); reported: a "
+              "where it is not asserted (the reason is given: the size, the training steps, an unfinished run); not "
+              "applicable: a claim whose premise fails at changed settings (the premise is given); reported: a "
               "measurement the paper makes no claim about.", ""]
     for r in results:
         lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s; {headline(r.checks)}.", ""]

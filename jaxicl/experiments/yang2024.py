@@ -108,6 +108,8 @@ class Config(Sized):
     seed: int = 0
 
 
+TRANSFORMER_SETTINGS = "transformer"  # off under --skip-transformers
+
 # quick transformers: 700 steps pass every check of Figs. 2(b)/5 for seeds 0-2 with the largest Fig. 5 excess 0.041
 # of its 0.1 bound, and Fig. 5's best H is 4 in each, as in the paper (benchmarks/README.md, 2026-11-26)
 SIZES = {

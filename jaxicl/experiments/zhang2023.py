@@ -74,6 +74,8 @@ class Config(Sized):
     seed: int = 0
 
 
+TRANSFORMER_SETTINGS = "gpt2"  # off under --skip-transformers
+
 # What each setting means (`jaxicl config zhang2023` prints them next to the values)
 SETTINGS_DOCS = {
     "d": "input dimension d (§3)",
@@ -401,7 +403,7 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         pl_ratio = float(jnp.min(jnp.where(gap > 1e-13, sol.grad_norms**2 / (mu * gap), jnp.inf)))
         decay = float(jnp.max(jnp.where(gap > 1e-13, gap / (gap[0] * jnp.exp(-mu * sol.ts)), 0.0)))
         # Thm 4.1 assumes σ²‖Γ‖√d < 2 of its initialisation: its claims are asserted only where the config meets it
-        thm41 = dict(assert_if=bool(holds), reason=f"σ = {cfg.sigma:g} violates Thm 4.1's σ²‖Γ‖√d < 2 ({float(lhs):.3g})")
+        thm41 = dict(applies=bool(holds), reason=f"σ = {cfg.sigma:g} violates Thm 4.1's σ²‖Γ‖√d < 2 ({float(lhs):.3g})")
         checks += [
             paper_claim("flow → u₋₁U₁₁ = Γ⁻¹ (4.1)", "0", f"{e_prod:.1e}", "rel 1e-6", e_prod <= 1e-6, **thm41),
             paper_claim("flow → W^KQ_* (4.1)", "0", f"{e_kq:.1e}", "rel 1e-6", e_kq <= 1e-6, **thm41),
