@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, \d+ not reproduced, \d+ "
+SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, \d+ not reproduced, (?:\d+ not applicable, )?\d+ "
                      r"reported in (?P<wall>[\d.]+) s "
                      r"(?:over \d+ processes )?\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
                      r"persistent cache\)")
