@@ -639,7 +639,8 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
     t = ds_flow.t.values[1:]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     ax[0].loglog(t, ds_flow.loss_gap.values[1:], label="L(θ(t)) − min L (balanced init)")
-    ax[0].loglog(t, ds_flow.pl_bound.values[1:], "k--", label="PL bound gap(0)·e^{−μt}")
+    if ds_flow.attrs["mu"] > 0:  # outside Thm 4.1's condition (--set sigma=...) μ can be ≤ 0: no bound to draw
+        ax[0].loglog(t, ds_flow.pl_bound.values[1:], "k--", label="PL bound gap(0)·e^{−μt}")
     tr = ds_flow.t_random.values[1:]
     stuck = ds_flow.loss_gap_random_init.values[:, -1] > 1e-8
     for s in range(ds_flow.seed.size):
