@@ -76,6 +76,25 @@ class Config(Sized):
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
 
 
+# What each setting means where the Config's own comments do not say (`jaxicl config algoformer`)
+SETTINGS_DOCS = {
+    "ar_d": "AR(q) task (§5.1): dimension of the series",
+    "ar_q": "AR(q) task: window q read by Φ*",
+    "ar_N": "AR(q) task: steps of the series per prompt",
+    "cot_d": "chain-of-thought MLP task (§5.1): dimension",
+    "cot_depth": "chain-of-thought MLP task: layers of the chain",
+    "cot_N": "chain-of-thought MLP task: chains per prompt",
+    "d_model": "transformer width (every model)",
+    "n_heads": "attention heads per layer",
+    "std_layers": "layers of the standard transformer",
+    "steps": "AdamW steps per model (the orderings are asserted at --full's count)",
+    "batch": "prompts per step",
+    "lr": "AdamW learning rate",
+    "test_prompts": "test prompts per evaluation (errors against the noise-free targets)",
+    "chunk": "steps per compiled chunk (progress, checkpoints between chunks)",
+    "seed": "PRNG seed of the whole reproduction",
+}
+
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
 # 0.928-0.988 at 2,000); the reported orderings are those of 2,000 steps (benchmarks/README.md, 2026-11-26)
