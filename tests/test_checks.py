@@ -35,7 +35,7 @@ def assert_all_asserted_pass(checks, n_asserted: int) -> None:
 
 
 # --- the verdicts themselves ----------------------------------------------------------------------------------
-def test_four_verdicts_and_the_headline_that_counts_them():
+def test_the_verdicts_and_the_headline_that_counts_them():  # "not applicable": tests/test_settings.py
     rows = [Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None),
             paper_claim("c", "", "", "", False, assert_if=False, reason="300 steps (paper: 500k)"),
             paper_claim("d", "", "", "", True, assert_if=False, reason="300 steps"),
@@ -43,7 +43,7 @@ def test_four_verdicts_and_the_headline_that_counts_them():
     assert [c.verdict for c in rows] == ["pass", "FAIL", "reported", "not reproduced", "pass", "FAIL"]
     assert rows[3].status == "not reproduced: 300 steps (paper: 500k)"
     assert rows[4].status == "pass (not asserted: 300 steps)"
-    assert count_verdicts(rows) == {"pass": 2, "FAIL": 2, "not reproduced": 1, "reported": 1}
+    assert count_verdicts(rows) == {"pass": 2, "FAIL": 2, "not reproduced": 1, "not applicable": 0, "reported": 1}
     assert headline(rows) == "2 pass, 2 fail, 1 not reproduced, 1 reported"
     md = report.render_markdown([report.PaperResult("p", "t", "quick", rows, [], [])])
     assert "2 pass, 2 fail, 1 not reproduced, 1 reported." in md and "| not reproduced: 300 steps (paper: 500k) |" in md
