@@ -29,10 +29,10 @@ def integer(name: str, value, low: int | None = 1, high: int | None = None) -> i
 
 
 def real(name: str, value, *, gt: float | None = None, ge: float | None = None, finite: bool = True,
-         scalar: bool = True):
+         scalar: bool = True, why: str = ""):
     """``value`` unchanged, after checking that it is one (``scalar``), or every entry of a non-empty array of it is
-    a, finite (``finite``) real number ``> gt`` / ``>= ge``. Traced values pass unchecked (see the module's
-    docstring)."""
+    a, finite (``finite``) real number ``> gt`` / ``>= ge`` (``why``, e.g. " (a condition number)", follows the bound
+    in the error). Traced values pass unchecked (see the module's docstring)."""
     if isinstance(value, jax.core.Tracer):
         return value
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
@@ -50,7 +50,7 @@ def real(name: str, value, *, gt: float | None = None, ge: float | None = None, 
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name} must be a number, got {shown}.")
     if gt is not None and not np.all(arr > gt):
-        raise ValueError(f"{name} must be > {gt:g}, got {shown}.")
+        raise ValueError(f"{name} must be > {gt:g}{why}, got {shown}.")
     if ge is not None and not np.all(arr >= ge):
-        raise ValueError(f"{name} must be >= {ge:g}, got {shown}.")
+        raise ValueError(f"{name} must be >= {ge:g}{why}, got {shown}.")
     return value

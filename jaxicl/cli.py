@@ -309,14 +309,11 @@ def main(argv=None) -> int:
     with _default_xla_flags() if args.command in ("reproduce", "sweep") else contextlib.nullcontext():
         with contextlib.ExitStack() as stack:
             if args.command in ("reproduce", "sweep"):
-                import os
-
                 from . import placement
 
                 try:  # before any backend starts: --device cpu keeps JAX off the accelerator
-                    stack.enter_context(placement.command_line(args.device or os.environ.get(placement.ENV, "").strip()
-                                                               or "auto"))
-                except RuntimeError as e:
+                    stack.enter_context(placement.command_line(args.device or placement.mode()))
+                except (RuntimeError, ValueError) as e:  # no accelerator for gpu; a bad $JAXICL_DEVICE
                     print(f"jaxicl: {e}", file=sys.stderr)
                     return 2
             if getattr(args, "cpu_threads", None):

@@ -175,7 +175,7 @@ def command_line(device: str):
     """``jaxicl reproduce --device MODE`` for the command's duration, entered before any backend starts: ``cpu`` keeps
     JAX off the accelerator altogether (no accelerator memory is taken), ``gpu`` requires one (a ``RuntimeError``
     naming the devices present), ``auto`` places by the rule."""
-    _check_mode(device, "--device" if device in MODES else f"--device (or ${ENV})")
+    _check_mode(device, "--device")
     if device == "cpu" and not _backends_started():
         jax.config.update("jax_platforms", "cpu")
     with use(device):

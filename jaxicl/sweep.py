@@ -54,13 +54,14 @@ class SweepConfigError(ValueError):
 def _axis_values(name, values) -> np.ndarray:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise SweepConfigError(f"grid axis {name!r} must be a list of numbers, got {values!r}.")
-    values = values if isinstance(values, np.ndarray) else list(values)
-    if not isinstance(values, np.ndarray):
-        is_bool = [isinstance(v, (bool, np.bool_)) for v in values]
+    if not isinstance(values, np.ndarray):  # a list: each entry one number, booleans only in an all-boolean axis
+        values = list(values)
+        all_bool = all(isinstance(v, (bool, np.bool_)) for v in values)
         for i, v in enumerate(values):
             if np.ndim(v) != 0:
                 raise SweepConfigError(f"grid axis {name!r} must be a flat list of numbers: entry {i} is {v!r}.")
-            if not isinstance(v, (numbers.Real, np.number, np.bool_)) or (is_bool[i] and not all(is_bool)):
+            if not isinstance(v, (numbers.Real, np.number, np.bool_)) or (isinstance(v, (bool, np.bool_))
+                                                                           and not all_bool):
                 raise SweepConfigError(f"grid axis {name!r} must hold numbers: entry {i} is {v!r}.")
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -417,19 +418,20 @@ def sweep(
     fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else chunk_size, meta)
     dtypes = tuple((k, as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
 
-    def check_outputs_fit(chunk_bytes: int) -> None:  # before the second chunk runs
+    def check_outputs_fit(chunk_bytes: int) -> None:  # from the compiled program, or the first chunk read back
         point_bytes = chunk_bytes // chunk_size
         shape = " x ".join(str(v.size) for v in axes.values())
         _check_fits(f"the outputs of the grid's {n_points:,} points ({shape}; {point_bytes:,} bytes each, gathered on "
                     "the host and stacked)", 2 * n_points * point_bytes, None)
-    stored = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
-    program = None
-    if stored is not None:  # resuming: the chunks on disk fix the chunk size
-        chunk_size = stored
+    stored_chunk_size = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
+    program, outputs_checked = None, False
+    if stored_chunk_size is not None:  # resuming: the chunks on disk fix the chunk size
+        chunk_size = stored_chunk_size
     else:
         chunk_size, program = _fitting_chunk(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key, budget)
         check_outputs_fit(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize
                               for x in jax.tree_util.tree_leaves(program.out_info)))
+        outputs_checked = True
         if out_dir is not None and jax.process_index() == 0:
             atomic_write_text(out_dir / "config.json", json.dumps({**fingerprint, "chunk_points": chunk_size}, indent=1))
     n_chunks = -(-n_points // chunk_size)
@@ -447,9 +449,9 @@ def sweep(
     for c in range(n_chunks):
         lo, hi = c * chunk_size, min((c + 1) * chunk_size, n_points)
         path = out_dir / f"chunk_{c:05d}.npz" if out_dir is not None else None
-        stored = _load_chunk(path, lo, hi, digest, chunk_size, like) if path is not None and path.exists() else None
-        if stored is not None:
-            chunk_names, leaves = stored
+        saved = _load_chunk(path, lo, hi, digest, chunk_size, like) if path is not None and path.exists() else None
+        if saved is not None:
+            chunk_names, leaves = saved
         else:
             program = program or _compiled(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key)
             tree = gather(program(chunk_inputs(c), base_key))
@@ -457,8 +459,9 @@ def sweep(
             chunk_names = _leaf_names(tree)
             if path is not None and jax.process_index() == 0:
                 _save_chunk(path, chunk_names, leaves, lo, hi, digest)
-        if names is None and stored is not None and program is None:  # resuming: the first chunk read tells
+        if not outputs_checked:  # resuming: the first chunk tells (every chunk holds chunk_size points)
             check_outputs_fit(sum(np.asarray(x).nbytes for x in leaves))
+            outputs_checked = True
         names = names or chunk_names
         like = like or (names, [(np.shape(x)[1:], np.asarray(x).dtype) for x in leaves])
         results.append(leaves)

@@ -26,10 +26,15 @@ EXIT_DEADLOCKED = 75  # sysexits' EX_TEMPFAIL: the same command again will most 
 RESTARTED_ENV = "JAXICL_DEADLOCK_RESTARTED"
 
 
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a ``/proc/.../stat`` file after the command name (field 3, the state, first)."""
+    with open(path) as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def _stat_cpu_seconds(path: str) -> float:
     """User + system CPU time in a ``/proc/.../stat`` file."""
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = _stat_fields(path)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -55,8 +60,7 @@ def process_stopped(pid: int | str = "self") -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z: state ``T``) or stopped by a tracer (``t``); False where
     there is no ``/proc``."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        return _stat_fields(f"/proc/{pid}/stat")[0] in ("T", "t")
     except (OSError, IndexError):
         return False
 

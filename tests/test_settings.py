@@ -118,7 +118,7 @@ def test_changed_settings_are_recorded_in_the_report_and_the_data_files(tmp_path
 
     cfg = settings.apply(G.Config.quick(), {"kappas": [2.0, 64.0]})
 
-    def fake_run(config):
+    def fake_run(config=None):
         save_dataset(xr.Dataset({"x": ("k", np.arange(2.0))}), tmp_path / "fig.nc")
         return PaperResult("gatmiry2024", "t", "quick", [], [], ["fig.nc"])
 

@@ -86,10 +86,11 @@ def effective_settings(modules: dict, size: str, overrides: dict | None, transfo
 
 
 def _run_with_settings(module, size: str, config, call):
-    """``call(config)``, recording the effective settings in the data files, and the changed ones in the result."""
+    """``call()`` at the paper's size, or ``call(config=config)`` at changed settings; the effective settings are
+    recorded in the data files, and the changed ones in the result."""
     effective = config or getattr(module, "SIZES", {}).get(size)
     with report_settings(settings.flat(effective)) if effective is not None else contextlib.nullcontext():
-        res = call(config)
+        res = call() if config is None else call(config=config)
     if config is not None and isinstance(res, PaperResult):
         res.settings = settings.differences(config, module.SIZES[size])
     return res
@@ -131,8 +132,8 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
     budget = None if budget_minutes is None else TimeBudget(60 * budget_minutes)
     config = effective_settings({name: module}, size, {name: overrides} if overrides else None)[name]
     with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
-        (res,) = _run_with_settings(module, size, config, lambda c: module.run_parts(
-            [part], size=size, out=Path(out), progress=progress, budget=budget, **({"config": c} if c else {})))
+        (res,) = _run_with_settings(module, size, config, lambda **c: module.run_parts(
+            [part], size=size, out=Path(out), progress=progress, budget=budget, **c))
     done = whole.lap(part)
     print(f"[jaxicl] {name}/{part}: done in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA "
           f"programs, {done.cache_hits} from the persistent cache)", flush=True)
@@ -178,8 +179,8 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
             training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
             kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
         with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
-            res = _run_with_settings(module, size, configs[name], lambda c: module.run(
-                size=size, out=out, progress=progress, **kwargs, **({"config": c} if c else {})))
+            res = _run_with_settings(module, size, configs[name], lambda **c: module.run(
+                size=size, out=out, progress=progress, **kwargs, **c))
         done = whole.lap(name)
         if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
             rest = total(res.stages)
@@ -306,6 +307,7 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
 
     modules = _modules(names, transformers)
     todo = _jobs(modules)
+    configs = effective_settings(modules, size, overrides, transformers)
     devices = AcceleratorOwner()
     results: dict[str, PaperResult] = {}
     parts: dict[str, list[PartResult]] = {name: [] for name in names}
@@ -317,11 +319,11 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             name, part = job
             label = _job_name(name, part)
             result_file = Path(tmp) / f"{label.replace('/', '-')}.pkl"
+            mine = (overrides or {}).get(name)
             with devices.claim() as device:  # one process at a time holds the accelerator
                 for attempt in (1, 2):  # a deadlocked process is stopped and started once more (cache, checkpoints)
                     cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part,
-                                         device, **({"overrides": overrides[name]} if (overrides or {}).get(name)
-                                                    else {}))
+                                         device, **({"overrides": mine} if mine else {}))
                     rc = _run_watched(cmd, label)
                     if rc is not None:
                         break
@@ -339,10 +341,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                     parts[name].append(res)
                     if len(parts[name]) < len(modules[name].PARTS):
                         return
-                    config = effective_settings({name: modules[name]}, size,
-                                                {name: overrides[name]} if (overrides or {}).get(name) else None)[name]
-                    res = _run_with_settings(modules[name], size, config, lambda c: modules[name].assemble(
-                        size, out, parts[name], **({"config": c} if c else {})))
+                    res = _run_with_settings(modules[name], size, configs[name], lambda **c: modules[name].assemble(
+                        size, out, parts[name], **c))
                     _print_summary(name, res, total(res.stages), len(parts[name]))
                 results[name] = res
                 atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))

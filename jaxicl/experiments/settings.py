@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import sys
 import tomllib
 from typing import Any
+
+from .. import _validate
 
 
 class Sized:
@@ -132,22 +133,15 @@ def _entry(key: str, value, like):
         if not isinstance(value, bool):
             raise SettingsError(f"{key} must be true or false, got {value!r}.")
         return value
-    if isinstance(like, int):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
-            raise SettingsError(f"{key} must be an integer, got {value!r}.")
-        low = 0 if key.split(".")[-1].split("[")[0] == "seed" else 1
-        if value < low:
-            raise SettingsError(f"{key} must be >= {low}, got {int(value)}.")
-        return int(value)
-    if isinstance(like, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SettingsError(f"{key} must be a real number, got {value!r}.")
-        if not math.isfinite(value):
-            raise SettingsError(f"{key} must be finite, got {value}.")
-        low = 1.0 if "kappa" in key.lower() else 0.0
-        if value < low:
-            raise SettingsError(f"{key} must be >= {low:g}{' (a condition number)' if low else ''}, got {value}.")
-        return float(value)
+    try:  # numbers: the library's own checks (integrality, finiteness, bounds), their errors naming the key
+        if isinstance(like, int):
+            return _validate.integer(key, value, low=0 if key.split(".")[-1].split("[")[0] == "seed" else 1)
+        if isinstance(like, float):
+            kappa = "kappa" in key.lower()
+            return float(_validate.real(key, value, ge=1.0 if kappa else 0.0,
+                                        why=" (a condition number)" if kappa else ""))
+    except (TypeError, ValueError) as e:
+        raise SettingsError(str(e)) from None
     if isinstance(like, str) or like is None:
         if not isinstance(value, str):
             raise SettingsError(f"{key} must be text, got {value!r}.")
@@ -196,14 +190,10 @@ def differences(cfg, reference) -> dict[str, tuple[Any, Any]]:
 
 def toml_value(value) -> str:
     """``value`` written as a TOML value (what :func:`parse_assignment` reads back)."""
-    return _toml(value)
-
-
-def _toml(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, float):
@@ -223,8 +213,8 @@ def to_toml(cfg, sizes: dict, size: str, docs: dict[str, str] | None = None, tit
 
     def line(key, name):
         note = [docs[key]] if key in docs else []
-        note += [f"{other}: {_toml(vals.get(key))}" for other, vals in others.items() if vals.get(key) != values[key]]
-        text = f"{name} = {_toml(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
+        note += [f"{other}: {toml_value(vals.get(key))}" for other, vals in others.items() if vals.get(key) != values[key]]
+        text = f"{name} = {toml_value(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
         heading, shown[0] = (headings.get(key) if headings.get(key) != shown[0] else None), headings.get(key)
         return f"# {heading}\n{text}" if heading else text
 
