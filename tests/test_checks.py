@@ -509,7 +509,11 @@ def test_ahn_theorem_checks_fail_on_wrong_theory(monkeypatch):
     monkeypatch.setattr(losses, "population_loss", _scaled(losses.population_loss, 1.1))
     monkeypatch.setattr(T, "sign_symmetrized", lambda prompts: prompts)
     key = jax.random.PRNGKey(0)
+    # the patched functions are called inside jitted ones (thm1_min_loss calls gamma): trace afresh, and leave no
+    # trace of the patched theory in the jit caches for later tests
+    jax.clear_caches()
     rows = E.check_lemma2(cfg, key) + E.check_thm1(cfg, key) + E.check_thm3(cfg, key)[0]
+    jax.clear_caches()
     asserted = [c for c in rows if c.asserted]
     assert len(asserted) == 6 and [c.claim for c in asserted if c.verdict != "FAIL"] == []
 

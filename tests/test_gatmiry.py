@@ -246,6 +246,30 @@ def test_thm8_monotone_tail():
     assert np.any(np.diff(curve) > 0) and np.any(np.diff(curve) < 0)
 
 
+def test_depth_curves_in_one_program_equal_each_models_fixed_gram_loss():
+    """fixed_gram_depth_curves (the batched form the Thm 6-8 checks use): entry ℓ of each curve is fixed_gram_loss of
+    the model cut to its first ℓ layers; zero padding keeps a shallower model's loss; a looped A is A repeated; a
+    random non-symmetric A and a full SPD Σ, so no structure hides an error."""
+    rng = np.random.default_rng(0)
+    T = 5
+    A_loop = 0.1 * rng.normal(size=(D, D)) + 0.2 * np.eye(D)
+    multi = 0.1 * rng.normal(size=(3, D, D))
+    a = rng.normal(size=(D, D))
+    Sigma = a @ a.T / D + 0.5 * np.eye(D)
+    layers = np.stack([np.repeat(A_loop[None], T, 0), np.concatenate([multi, np.zeros((T - 3, D, D))])])
+    curves = np.asarray(losses.fixed_gram_depth_curves(layers, np.stack([Sigma, 2.0 * Sigma])))
+    assert curves.shape == (2, T)
+    looped = LinearTransformer.restricted(jnp.asarray(A_loop)[None], looped=True, depth=T, max_depth=T)
+    want_loop = [float(losses.fixed_gram_loss(LinearTransformer(looped.params, looped=True, depth=L, max_depth=T),
+                                              jnp.asarray(Sigma))) for L in range(1, T + 1)]
+    want_multi = [float(losses.fixed_gram_loss(LinearTransformer.restricted(jnp.asarray(multi[:L])), 2.0 * jnp.asarray(Sigma)))
+                  for L in range(1, 4)]
+    np.testing.assert_allclose(curves[0], want_loop, rtol=1e-12)
+    np.testing.assert_allclose(curves[1], want_multi + [want_multi[-1]] * (T - 3), rtol=1e-12)
+    with pytest.raises(ValueError, match="shape"):
+        losses.fixed_gram_depth_curves(layers[0], Sigma)
+
+
 def test_a_diverging_fig1_run_raises_naming_the_grid_point_and_step():
     """The Fig. 1 sweep program carries no host callback (so the persistent cache can hold it); divergence is
     checked on the host from the returned first non-finite step. In float32, a 1e6 initial scale overflows the

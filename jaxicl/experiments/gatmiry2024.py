@@ -304,7 +304,7 @@ def check_constructions(cfg: Config):
 
 def check_lemma1(cfg: Config, models: dict, key):
     """Lemma 1 / Thm 1: some γ ∈ [1, 36L²] gives relative error ≥ 1/4 on (γX, w*, γy, x_q)."""
-    task = tasks.FixedGramRegression(cfg.d, cfg.n, jnp.eye(cfg.d))
+    task = tasks.FixedGramRegression(cfg.d, cfg.n, np.eye(cfg.d))
     prompt = task.sample_one(key)
     checks, curves = [], {}
     for name, model in models.items():
@@ -326,10 +326,11 @@ def check_thm3(cfg: Config, key):
     loops = int(np.ceil(kmax * np.log(1e3 * kmax / cfg.thm3_eps)))
     model = G.restricted_model([1.0 / kmax], cfg.d, looped=True, depth=loops, max_depth=loops)  # Thm 5's GD, step 1/β
     used, worst, ok = [], [], True
+    adaptive = jax.jit(jax.vmap(lambda p: G.adaptive_depth(model, p, cfg.thm3_eps)))  # one program for every κ
     for i, kappa in enumerate(cfg.thm3_kappas):
         task = tasks.FixedGramRegression(cfg.d, cfg.n, tasks.RandomSpectrumCovariance(cfg.d, kmax / kappa, kmax))
         prompts = task.sample(jax.random.fold_in(key, i), cfg.thm3_instances)
-        ell, err, _ = jax.jit(jax.vmap(lambda p: G.adaptive_depth(model, p, cfg.thm3_eps)))(prompts)
+        ell, err, _ = adaptive(prompts)
         ell, err = np.asarray(ell), np.asarray(err)
         ok &= bool(np.all(ell >= 0) and np.all(err <= cfg.thm3_eps))
         used.append(ell)
@@ -350,16 +351,23 @@ def check_thm6_thm7(cfg: Config):
     alpha, beta, d = 1.0, 100.0, cfg.d
     eps_mass, delta_p = 0.5, 0.5
     c = 8 * alpha  # the OOD covariance c·I, 8α ≤ c ≤ (1 − δ′)β
-    rows = []
-    for L in cfg.thm6_depths:
+    # every loss of every depth in one program: layers padded with zeros to the largest depth (fixed_gram_depth_curves)
+    depths = list(cfg.thm6_depths)
+    L_max = max(depths)
+    pad = lambda layers: np.concatenate([layers, np.zeros((L_max - len(layers), d, d))])  # noqa: E731
+    A_batch, S_batch, parts = [], [], []
+    for L in depths:
         B = G.thm6_training_covariances(alpha, beta, d, L)
-        multi = G.thm6_minimizer(alpha, beta, d, L)
-        train = float(np.mean([losses.fixed_gram_loss(multi, jnp.asarray(b)) for b in B]))
-        ood = eps_mass * float(losses.fixed_gram_loss(multi, c * jnp.eye(d)))  # the rest of P̃ on the training support: 0
+        multi = np.asarray(G.thm6_minimizer(alpha, beta, d, L).params.A)  # its L layers A_t = B_t⁻¹
         A_loop = G.looped_minimizer_diagonal(np.stack([np.diag(b) for b in B]), np.full(L, 1 / L), L)
-        loop = LinearTransformer.restricted(jnp.asarray(A_loop)[None], looped=True, depth=L, max_depth=L)
-        loop_ood = eps_mass * float(losses.fixed_gram_loss(loop, c * jnp.eye(d)))
-        rows.append((L, train, ood, G.thm6_bound(eps_mass, delta_p, d, L), G.thm6_bound(eps_mass, delta_p, d, L, proved=False), loop_ood))
+        pairs = [(multi, b) for b in B] + [(multi, c * np.eye(d)), (np.repeat(A_loop[None], L, 0), c * np.eye(d))]
+        parts.append(len(pairs))
+        A_batch += [pad(a) for a, _ in pairs]
+        S_batch += [s for _, s in pairs]
+    last = np.split(np.asarray(losses.fixed_gram_depth_curves(np.stack(A_batch), np.stack(S_batch)))[:, -1],
+                    np.cumsum(parts)[:-1])
+    rows = [(L, float(np.mean(v[:-2])), eps_mass * float(v[-2]), G.thm6_bound(eps_mass, delta_p, d, L),
+             G.thm6_bound(eps_mass, delta_p, d, L, proved=False), eps_mass * float(v[-1])) for L, v in zip(depths, last)]
     r = np.array(rows)
     slope = np.polyfit(r[:, 0], np.log(r[:, 2]), 1)[0]
     checks = [
@@ -421,23 +429,20 @@ def thm8_curves(cfg: Config, A_loop, scales):
     L0s = [G.looped_monotone_from(A_sym, s * np.eye(cfg.d)) for s in scales]
     # loop counts past every L_0, so that the claim "monotone from L_0 on" is tested on at least 10 loops each
     T = max(cfg.thm8_loops, int(np.ceil(max(L0s))) + 10)
-    depths = jnp.arange(1, T + 1)
-
-    def loop_curve(A, s):
-        model = LinearTransformer.restricted(jnp.asarray(A)[None], looped=True, depth=T, max_depth=T)
-        return np.asarray(jax.jit(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(model, L), s * jnp.eye(cfg.d))))(depths))
-
-    sym_curves, raw_curves, ok, starts, raw_starts = [], [], True, [], []
-    for s, L0 in zip(scales, L0s):
-        vals = loop_curve(A_sym, s)
-        start = _monotone_from(vals)
-        ok &= start <= max(1, int(np.ceil(L0)))
-        raw = loop_curve(A_loop, s)
-        sym_curves.append(vals), raw_curves.append(raw), starts.append(start), raw_starts.append(_monotone_from(raw))
+    depths = np.arange(1, T + 1)
     s_f = 4.0
     steps = G.nonmonotone_steps(s_f, T)
-    multi = G.restricted_model(steps, cfg.d)
-    multi_curve = np.asarray(jax.jit(jax.vmap(lambda L: losses.fixed_gram_loss(_with_depth(multi, L), s_f * jnp.eye(cfg.d))))(depths))
+    # every curve in one program: the looped A repeated T times (symmetric part and raw, each s), App. F's T layers
+    layers = [np.repeat(A[None], T, 0) for s in scales for A in (A_sym, A_loop)] + [steps[:, None, None] * np.eye(cfg.d)]
+    Sigmas = [s * np.eye(cfg.d) for s in scales for _ in range(2)] + [s_f * np.eye(cfg.d)]
+    curves = np.asarray(losses.fixed_gram_depth_curves(np.stack(layers), np.stack(Sigmas)))
+    multi_curve = curves[-1]
+    sym_curves, raw_curves, ok, starts, raw_starts = [], [], True, [], []
+    for i, L0 in enumerate(L0s):
+        vals, raw = curves[2 * i], curves[2 * i + 1]
+        start = _monotone_from(vals)
+        ok &= start <= max(1, int(np.ceil(L0)))
+        sym_curves.append(vals), raw_curves.append(raw), starts.append(start), raw_starts.append(_monotone_from(raw))
     diffs = np.sign(np.diff(multi_curve))
     checks = [
         Check("Thm 8: looped loss monotone in the loop count from L_0 on (symmetric part of the trained looped A, Σ = sI)",
@@ -518,10 +523,6 @@ def _learned_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
               fmt(ds.learned_worst_error.values, 4) + f" (max relative excess {err_dev.max():.1e}; GD with the best "
               f"constant step: {fmt(ds.gd_worst_error.values, 3)})", "≤ 1e-2", bool(err_dev.max() <= 1e-2)),
     ]
-
-
-def _with_depth(model: LinearTransformer, depth) -> LinearTransformer:
-    return LinearTransformer(model.params, activation=model.activation, looped=model.looped, depth=depth, max_depth=model.max_depth)
 
 
 # --- run ---------------------------------------------------------------------------------------------

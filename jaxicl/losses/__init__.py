@@ -15,7 +15,7 @@ from . import restricted  # noqa: F401  (registers LinearTransformer × FixedGra
 from . import template  # noqa: F401  (registers MultiHeadSoftmaxICL × TemplateRegression)
 from .template import template_loss
 from .sequence import first_weighted_loop, loop_weights, position_errors, position_errors_per_loop, prefix_curve, sequence_loss
-from .restricted import GaussianXBatch, fixed_gram_loss, fixed_gram_population_loss, gaussian_x_loss, gaussian_x_mc
+from .restricted import GaussianXBatch, fixed_gram_depth_curves, fixed_gram_loss, fixed_gram_population_loss, gaussian_x_loss, gaussian_x_mc
 
 __all__ = [
     "first_weighted_loop",
@@ -25,6 +25,7 @@ __all__ = [
     "prefix_curve",
     "sequence_loss",
     "GaussianXBatch",
+    "fixed_gram_depth_curves",
     "fixed_gram_loss",
     "fixed_gram_population_loss",
     "gaussian_x_loss",

@@ -72,6 +72,34 @@ def _fixed_gram_loss(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Fl
     return jnp.trace(M @ Sigma @ M.T @ jnp.linalg.inv(Sigma))
 
 
+def _depth_curve(A: Float[Array, "L d d"], Sigma: Float[Array, "d d"]) -> Float[Array, " L"]:
+    Sigma_inv = jnp.linalg.inv(Sigma)
+
+    def step(M, A_t):
+        M = M - (M @ Sigma) @ A_t
+        return M, jnp.trace(M @ Sigma @ M.T @ Sigma_inv)
+
+    return jax.lax.scan(step, jnp.eye(A.shape[-1], dtype=A.dtype), A)[1]
+
+
+_depth_curves = jax.jit(jax.vmap(_depth_curve))
+
+
+def fixed_gram_depth_curves(A: Float[Array, "B L d d"], Sigma: Float[Array, "B d d"]) -> Float[Array, "B L"]:
+    """For each of B pairs (A_0 … A_{L−1}, Σ): the fixed-Gram loss tr(M_ℓ Σ M_ℓᵀ Σ⁻¹) of the first ℓ layers,
+    M_ℓ = Π_{t<ℓ} (I − Σ A_t) (Gatmiry et al. Lemma 4, eq. 9 without ½), for every ℓ = 1 … L, in one program.
+
+    Zero layers leave M unchanged, so models of different depths share one program when their layers are padded with
+    zeros to a common L (their loss is then the last entry); a looped model is its A repeated. Same numbers as
+    :func:`fixed_gram_loss` of each depth, one XLA program for all shapes (B, L, d) instead of one per depth."""
+    A = jnp.asarray(A)
+    Sigma = jnp.asarray(Sigma, A.dtype)
+    if A.ndim != 4 or Sigma.ndim != 3 or Sigma.shape[0] != A.shape[0] or Sigma.shape[1:] != A.shape[2:] \
+            or A.shape[2] != A.shape[3]:
+        raise ValueError(f"need A of shape (B, L, d, d) and Sigma of shape (B, d, d); got {A.shape} and {Sigma.shape}.")
+    return _depth_curves(A, Sigma)
+
+
 def layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
     """A_t for each of the ``max_depth`` layer applications, zero for the layers switched off
     (depth mask), the shared A repeated for a looped model."""

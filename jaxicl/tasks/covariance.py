@@ -187,6 +187,7 @@ class RandomRotationCovariance(CovariancePrior):
         """A Haar-uniform orthogonal U."""
         return jax.random.orthogonal(key, self.d, dtype=self.scales.dtype)
 
+    @eqx.filter_jit  # one program, not one per operation when called eagerly
     def sample(self, key: PRNGKeyArray) -> Float[Array, "d d"]:
         U = self.rotation(key)
         return U.T @ (self.scales[:, None] ** 2 * U)

@@ -109,6 +109,7 @@ class LinearRegression(eqx.Module):
         ys = xs @ w + eps
         return Prompt(x=xs[:-1], y=ys[:-1], x_query=xs[-1], y_query=ys[-1]), w
 
+    @eqx.filter_jit  # one program, not one per operation when called eagerly
     def sample_one(self, key: PRNGKeyArray) -> Prompt:
         return self.sample_with_weights(key)[0]
 
@@ -171,6 +172,7 @@ class FixedGramRegression(eqx.Module):
             x_q = chol @ z_q  # N(0, Σ)
         return Prompt(x=X.T, y=X.T @ w, x_query=x_q, y_query=x_q @ w), w
 
+    @eqx.filter_jit  # one program, not one per operation when called eagerly
     def sample_one(self, key: PRNGKeyArray) -> Prompt:
         return self.sample_with_weights(key)[0]
 

@@ -195,6 +195,7 @@ def off_diagonal_mass(A: Float[Array, "... d d"]) -> Float[Array, "..."]:
     return jnp.linalg.norm(A - diag, axis=(-2, -1)) / jnp.linalg.norm(A, axis=(-2, -1))
 
 
+@jax.jit  # one program, not one per operation
 def sign_symmetrized(prompts: Prompt) -> Prompt:
     """Every prompt under all 2^d coordinate sign flips x ↦ s∘x (labels unchanged, w ↦ s∘w).
 
