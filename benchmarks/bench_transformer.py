@@ -30,7 +30,8 @@ things that trade compilation for step time (``jaxicl.models.transformer.UNROLL`
 ``$JAXICL_UNROLL`` and ``$JAXICL_TRAINING_AUTOTUNE_LEVEL`` set (README, "Command line", XLA options).
 
 Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 3] [--chunk N]
-[--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N]`` (chunk default: 20 steps at quick size, 2
+[--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N] [--ensemble K|auto] [--peak-tflops P]``
+(chunk default: 20 steps at quick size, 2
 at paper size).
 """
 
@@ -48,7 +49,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxicl import compilation_cache, losses, models, tasks
-from jaxicl.dynamics import step_seconds
+from jaxicl.dynamics import ensemble_size_that_fits, stack_members, step_seconds
 from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
 from jaxicl.experiments import yang2024 as Yx
@@ -93,14 +94,17 @@ def yang_case(size):
     return loss, model, step_flops(tc.batch, tc.K, tc.d_model, tc.d_ff, tc.n_layers)
 
 
-def compiled_step(loss, model, compute_dtype, chunk):
+def compiled_step(loss, model, compute_dtype, chunk, members=None):
     """Compile the chunk program that ``step_seconds`` then times (the persistent compilation cache hands it back to
-    it): (seconds to trace, lower and compile it, peak bytes, whether cuDNN's fused attention is in it)."""
+    it): (seconds to trace, lower and compile it, peak bytes, whether cuDNN's fused attention is in it). With
+    ``members``, ``model`` is a stack of that many and the program is ``train(ensemble=True)``'s."""
     opt = optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    run = chunk_runner(loss, static, opt, compute_dtype)
+    run = chunk_runner(loss, static, opt, compute_dtype, ensemble=members is not None)
+    state = jax.vmap(opt.init)(params) if members else opt.init(params)
+    key = jax.random.split(jax.random.PRNGKey(0), members) if members else jax.random.PRNGKey(0)
     t0 = time.perf_counter()
-    compiled = run.lower(params, opt.init(params), jax.random.PRNGKey(0), jnp.arange(chunk)).compile()
+    compiled = run.lower(params, state, key, jnp.arange(chunk)).compile()
     seconds = time.perf_counter() - t0
     fused = "cudnn$fmha" in compiled.as_text()
     mem = compiled.memory_analysis()
@@ -125,9 +129,15 @@ def main():
     ap.add_argument("--autotune-level", type=int, default=None,
                     help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
                          f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})")
+    ap.add_argument("--ensemble", default=None,
+                    help="train K copies of each model as one vmapped program (train(ensemble=True)) and print the "
+                         "aggregate throughput; 'auto': the largest K whose compiled chunk fits in 75 %% of the "
+                         "device's memory (jaxicl.dynamics.ensemble_size_that_fits)")
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's peak for the compute dtype, to print the fraction reached")
     args = ap.parse_args()
+    if args.ensemble not in (None, "auto") and not (args.ensemble.isdigit() and int(args.ensemble) >= 1):
+        ap.error(f"--ensemble takes a positive integer or 'auto', not {args.ensemble!r}")
     compute = None if args.dtype == "float32" else jnp.bfloat16
     models.transformer.ATTENTION_IMPLEMENTATION = args.attention
     if args.unroll is not None:
@@ -152,10 +162,21 @@ def run_configs(args, compute):
             if args.only and args.only.replace("_", " ") not in label:
                 continue
             loss, model, flops = make()
-            compile_s, mem, fused = compiled_step(loss, model, compute, chunk)
+            members = None
+            if args.ensemble == "auto":
+                members = ensemble_size_that_fits(loss, model, chunk=chunk, compute_dtype=compute)[0]
+            elif args.ensemble:
+                members = int(args.ensemble)
+            if members:
+                model, flops = stack_members([model] * members), flops * members
+            compile_s, mem, fused = compiled_step(loss, model, compute, chunk, members)
             sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
-                               compute_dtype=compute)
+                               compute_dtype=compute, ensemble=members is not None)
             peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
+            if members:
+                label = f"{label} x{members}"
+                print(f"{name:5s} {label:22s} ensemble of {members}: {members / sec:9.2f} member-steps/s in aggregate",
+                      flush=True)
             print(f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
                   f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
                   f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "

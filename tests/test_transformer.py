@@ -424,6 +424,49 @@ def test_ensemble_members_train_independently():
     np.testing.assert_allclose(res.losses[:, 1], one.losses, rtol=1e-9)
 
 
+def test_an_ensemble_trains_each_member_as_its_own_run_in_float32(tmp_path):
+    """train(ensemble=True): three models of one shape, each with its own key (data stream) and its own optimizer
+    state, under an optimizer that couples parameters (a global-norm clip, which a summed vector loss would share
+    between members): every member's losses and weights equal its one-model run to float32 rounding. A checkpointed
+    ensemble resumes; bad stacks and keys are refused."""
+    from jaxicl.dynamics import member, stack_members
+
+    opt = optax.chain(optax.clip_by_global_norm(0.05), optax.adam(1e-2))
+    with jax.enable_x64(False):
+        keys = jax.random.split(jax.random.PRNGKey(3), 3)
+        singles = [models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10) for k in keys]
+        data_keys = jax.random.split(jax.random.PRNGKey(4), 3)
+        ens = train(_loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, progress=False,
+                    ensemble=True)
+        assert ens.losses.shape == (20, 3)
+        for i, (m, k) in enumerate(zip(singles, data_keys)):
+            one = train(_loss, m, 20, k, optimizer=opt, chunk_size=10, progress=False)
+            np.testing.assert_allclose(ens.losses[:, i], one.losses, rtol=2e-5, atol=1e-6)
+            for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(member(ens.model, i), eqx.is_array)),
+                            jax.tree_util.tree_leaves(eqx.filter(one.model, eqx.is_array))):
+                # Adam divides by √v: entries whose gradient is round-off move by round-off-sized steps of either
+                # sign, so compare each weight matrix as a whole (a wrong key or a shared state is off by O(1))
+                assert a.dtype == jnp.float32
+                assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b) + 1e-6, (i, np.linalg.norm(a - b) / np.linalg.norm(b))
+        # the members differ (own data, own init): an ensemble that shared one stream would not pass the loop above
+        assert not np.allclose(ens.losses[:, 0], ens.losses[:, 1])
+        ck = tmp_path / "ens.ckpt"
+        first = train(_loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, checkpoint=ck,
+                      deadline=0.0, progress=False, ensemble=True)
+        assert first.step == 10
+        rest = train(_loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, checkpoint=ck,
+                     progress=False, ensemble=True)
+        assert rest.resumed_from == 10
+        np.testing.assert_array_equal(rest.losses, ens.losses)
+        with pytest.raises(ValueError, match="one PRNG key per member"):
+            train(_loss, stack_members(singles), 10, KEY, chunk_size=10, progress=False, ensemble=True)
+        with pytest.raises(ValueError, match="leading member axis"):
+            train(_loss, singles[0], 10, data_keys, chunk_size=10, progress=False, ensemble=True)
+        other = models.StandardTransformer(keys[0], 2, 1, n_layers=1, n_heads=2, d_model=16, max_len=10)
+        with pytest.raises(ValueError, match="model 1 differs"):
+            stack_members([singles[0], other])
+
+
 def test_curriculum_schedule():
     c = Curriculum(d=(5, 20, 1), n=(11, 41, 2), every=2000)
     assert [tuple(map(int, c.at(s))) for s in (0, 1999, 2000, 30_000, 500_000)] == [
@@ -616,3 +659,27 @@ def test_a_deadline_trains_in_slices_that_follow_the_uninterrupted_run(tmp_path)
 def test_train_refuses_to_be_traced():
     with pytest.raises(TypeError, match="cannot be traced.*optax_train"):
         eqx.filter_jit(lambda m: train(_loss, m, 2, KEY, chunk_size=1, progress=False).losses)(_tiny())
+
+
+def test_zhang_fig1_trains_the_covariances_of_one_n_as_an_ensemble_equal_to_training_each_alone(tmp_path):
+    """Fig. 1's ensemble (fixed and random training covariance, one program): the random-covariance member's test
+    errors equal those of the same model trained alone, with its own key, on its own task."""
+    from jaxicl.experiments import zhang2023 as Z
+
+    g = Z.GPT2Config(d=2, Ns=(3,), d_model=8, n_layers=1, n_heads=2, steps=6, batch=8, cs=(1.0,), test_prompts=16,
+                     chunk=3)
+    key = jax.random.PRNGKey(0)
+    ds = Z.fig1(g, key, tmp_path)
+    assert ds.error.shape == (2, 1, 2, 7) and np.all(np.isfinite(ds.error.values))
+    ci, N, M_max = 1, 3, 6
+    task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d))
+    alone = train(lambda m, k, s: losses.sequence_loss(m, task.prompts(k, g.batch)),
+                  Z._fig1_model(g, jax.random.fold_in(key, 10 * ci), M_max), g.steps, jax.random.fold_in(key, 1000 + 10 * ci),
+                  optimizer=optax.adamw(g.lr), chunk_size=g.chunk, progress=False)
+    base = tasks.RepresentationRegression(g.d, M_max + 1)
+    prior = Z.fig1_test_priors(g)["identity"]
+    xs, ys, clean, _ = jax.vmap(base.with_covariance(prior).sample_xy)(jax.random.split(jax.random.fold_in(key, 100), 16))
+    prompts = jax.vmap(tasks.garg_encoding)(xs, ys, clean)
+    e = np.mean([np.asarray(losses.position_errors(alone.model, jax.tree_util.tree_map(lambda a: a[i:i + 1], prompts))[0, ::2])
+                 for i in range(16)], 0) / g.d
+    np.testing.assert_allclose(ds.error.sel(train_covariance="random", test="identity").values[0], e, rtol=1e-6)

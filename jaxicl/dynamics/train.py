@@ -195,46 +195,137 @@ def steps_from(start: int, n: int) -> Array:
     return jax.device_put(np.arange(start, start + n, dtype=np.int32))
 
 
-def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None):
+def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None,
+                 ensemble: bool = False, member_data: PyTree = None):
     """The compiled body of :func:`train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
     losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
     step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves.
+    With ``ensemble``, params, optimizer state and key have a leading member axis and the step (loss, gradient and
+    optimizer update) is ``vmap``-ped over it: member i is exactly a one-model run with key ``key[i]``, and with
+    ``member_data`` (leading member axis) its loss is ``loss_fn(model, key, step, member_data[i])``.
     Compiled with :data:`TRAINING_COMPILER_OPTIONS`."""
 
-    def loss_of(p, k, s):
+    def loss_of(p, k, s, data):
         m = eqx.combine(p, static)
-        loss = loss_fn(m if compute_dtype is None else cast_floating(m, compute_dtype), k, s)
+        m = m if compute_dtype is None else cast_floating(m, compute_dtype)
+        loss = loss_fn(m, k, s) if data is None else loss_fn(m, k, s, data)
         return jnp.sum(loss.astype(jnp.float32)), loss.astype(jnp.float32)
+
+    def update(p, state, k, s, data):
+        (_, loss), g = jax.value_and_grad(loss_of, has_aux=True)(p, jax.random.fold_in(k, s), s, data)
+        updates, state = optimizer.update(g, state, p)
+        return optax.apply_updates(p, updates), state, loss
+
+    if ensemble:
+        update = jax.vmap(update, in_axes=(0, 0, 0, None, None if member_data is None else 0))
 
     @functools.partial(jax.jit, compiler_options=TRAINING_COMPILER_OPTIONS)
     def run(p, state, k, steps):
         def one(carry, s):
-            p, state = carry
-            (_, loss), g = jax.value_and_grad(loss_of, has_aux=True)(p, jax.random.fold_in(k, s), s)
-            updates, state = optimizer.update(g, state, p)
-            return (optax.apply_updates(p, updates), state), loss
+            p, state, loss = update(*carry, k, s, member_data)
+            return (p, state), loss
 
         return jax.lax.scan(one, (p, state), steps)
 
     return run
 
 
+def stack_members(models: list[PyTree]) -> PyTree:
+    """One pytree whose array leaves stack ``models`` (all of one structure and shape) on a new leading axis: the
+    ensemble :func:`train` takes with ``ensemble=True``. :func:`member` takes one back out."""
+    if not models:
+        raise ValueError("stack_members: no models to stack.")
+    arrays = [eqx.filter(m, eqx.is_array) for m in models]
+    structure = jax.tree_util.tree_structure(arrays[0])
+    for i, a in enumerate(arrays[1:], 1):
+        if jax.tree_util.tree_structure(a) != structure or any(
+                np.shape(x) != np.shape(y) for x, y in zip(jax.tree_util.tree_leaves(arrays[0]), jax.tree_util.tree_leaves(a))):
+            raise ValueError(f"stack_members: model {i} differs in structure or shape from model 0; an ensemble needs "
+                             "models of one shape (train the others separately).")
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *arrays)
+    return eqx.combine(stacked, eqx.filter(models[0], eqx.is_array, inverse=True))
+
+
+def member(ensemble: PyTree, i: int) -> PyTree:
+    """Member ``i`` of an ensemble (array leaves stacked on axis 0), e.g. of ``train(..., ensemble=True).model``."""
+    return jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, ensemble)
+
+
+def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None,
+                            chunk: int = 2, compute_dtype=None, memory_budget: int | None = None,
+                            max_members: int = 1024) -> tuple[int, int, int]:
+    """The largest K ≤ ``max_members`` for which :func:`train`'s chunk program of K copies of ``model`` (one model,
+    not a stack) fits in ``memory_budget`` bytes (default ``jaxicl.sweep.device_memory_budget()``: 75 % of the
+    device's memory), from the compiled programs' own memory (``memory_analysis``) at K = 1 and 2, as the sweeps
+    size their chunks. Nothing is run. Returns (K, bytes at K = 1, bytes per further member); K = 1 when the backend
+    reports no memory. A model that does not fit even once is an error."""
+    from ..sweep import device_memory_budget, program_bytes
+
+    optimizer = optimizer or optax.adamw(1e-4)
+    budget = device_memory_budget() if memory_budget is None else _validate.integer("memory_budget", memory_budget)
+
+    def bytes_at(k: int) -> int:
+        stacked = stack_members([model] * k)
+        params, static = eqx.partition(stacked, eqx.is_inexact_array)
+        run = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble=True)
+        state = jax.eval_shape(jax.vmap(optimizer.init), params)
+        keys = jax.ShapeDtypeStruct((k, 2), jnp.uint32)
+        return program_bytes(run.lower(params, state, keys, jax.ShapeDtypeStruct((chunk,), jnp.int32)).compile())
+
+    one, two = bytes_at(1), bytes_at(2)
+    if one == 0:
+        return 1, 0, 0
+    if one > budget:
+        raise MemoryError(f"one model's training chunk needs {one / 2**30:.2f} GiB, more than the budget of "
+                          f"{budget / 2**30:.2f} GiB: reduce the batch or the model.")
+    per = max(two - one, 1)
+    return int(min(max_members, 1 + (budget - one) // per)), one, per
+
+
+def _ensemble_size(params: PyTree, static: PyTree, key, member_data: PyTree = None) -> int:
+    """Members of an ensemble ``train``: the common leading axis of the trainable leaves and of ``key``."""
+    sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree_util.tree_leaves(params)}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError("train(ensemble=True) needs every floating-point leaf of the model stacked on a leading member "
+                         f"axis of one size (jaxicl.dynamics.stack_members); got leading sizes {sorted(map(str, sizes))}.")
+    (k,) = sizes
+    if any(eqx.is_array(x) for x in jax.tree_util.tree_leaves(static)):
+        raise ValueError("train(ensemble=True): the model has integer or boolean arrays; only floating-point leaves "
+                         "are trained and vmapped, so such arrays cannot differ between members. Make them static.")
+    if np.shape(key)[:1] != (k,) or np.ndim(key) != 2:
+        raise ValueError(f"train(ensemble=True) needs one PRNG key per member, an array of shape ({k}, 2) "
+                         f"(jax.random.split(key, {k})); got shape {np.shape(key)}.")
+    data_sizes = {np.shape(x)[:1] for x in jax.tree_util.tree_leaves(eqx.filter(member_data, eqx.is_array))}
+    if data_sizes - {(k,)}:
+        raise ValueError(f"train: every array of member_data needs a leading member axis of size {k}; got leading "
+                         f"sizes {sorted(s[0] if s else None for s in data_sizes)}.")
+    return k
+
+
 def step_seconds(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None, chunk: int = 20,
-                 repeats: int = 3, compute_dtype=None, key: PRNGKeyArray | None = None) -> float:
-    """Seconds per training step of :func:`train` on this loss and model: the median over ``repeats`` runs of a
-    compiled chunk of ``chunk`` steps, after a first run that compiles it. The model is not updated."""
+                 repeats: int = 3, compute_dtype=None, key: PRNGKeyArray | None = None, ensemble: bool = False) -> float:
+    """Seconds per training step of :func:`train` on this loss and model (with ``ensemble``, one step of every member
+    together): the median over ``repeats`` runs of a compiled chunk of ``chunk`` steps, after a first run that
+    compiles it. The model is not updated."""
     if int(chunk) < 1 or int(repeats) < 1:
         raise ValueError(f"need chunk >= 1 and repeats >= 1, got {chunk}, {repeats}.")
     optimizer = optimizer or optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    run, state = chunk_runner(loss_fn, static, optimizer, compute_dtype), optimizer.init(params)
-    key = jax.random.PRNGKey(0) if key is None else key
+    run = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble)
+    state = (jax.vmap(optimizer.init) if ensemble else optimizer.init)(params)
+    if key is None:
+        key = jax.random.PRNGKey(0)
+        if ensemble:
+            key = jax.random.split(key, jax.tree_util.tree_leaves(params)[0].shape[0])
+    if ensemble:
+        _ensemble_size(params, static, key)
+    fold_in = jax.vmap(jax.random.fold_in, (0, None)) if ensemble else jax.random.fold_in
     steps = jnp.arange(int(chunk))
     jax.block_until_ready(run(params, state, key, steps))
     times = []
     for i in range(int(repeats)):
         t0 = time.perf_counter()
-        jax.block_until_ready(run(params, state, jax.random.fold_in(key, i + 1), steps))
+        jax.block_until_ready(run(params, state, fold_in(key, i + 1), steps))
         times.append(time.perf_counter() - t0)
     return float(np.median(times)) / int(chunk)
 
@@ -258,6 +349,8 @@ def train(
     deadline: float | None = None,
     time_limit: float | None = None,
     label: str | None = None,
+    ensemble: bool = False,
+    member_data: PyTree = None,
 ) -> TrainResult:
     """Train ``model`` for ``n_steps`` steps on ``loss_fn(model, key, step)`` (a fresh batch per step).
 
@@ -283,6 +376,14 @@ def train(
             (``time_limited``). Runs compared at equal training time, as Yang et al.'s Fig. 5, train no further. A
             resumed run counts its checkpoint's steps at the step time stored there until it has measured its own.
         label: name of the run in progress messages.
+        ensemble: train K models of one shape as one vmapped program (a GPU runs K small models in about the time of
+            one). ``model`` is their stack (:func:`stack_members`), ``loss_fn`` the loss of *one* model and ``key``
+            K keys (``jax.random.split(key, K)``). Each member has its own data stream (``fold_in(key[i], step)``)
+            and its own optimizer state, whatever the optimizer (its update is vmapped too, so even a global-norm
+            clip stays per member): member i follows the one-model run with ``key[i]`` to float rounding. The
+            losses have a member axis; :func:`member` takes one model out of the result.
+        member_data: with ``ensemble``, what distinguishes the members' problems (e.g. their tasks, stacked with
+            ``eqx.filter_vmap``; leading member axis): member i's loss is ``loss_fn(model, key, step, member_data[i])``.
 
     With ``progress``, the seconds per step and the estimated time to finish are printed before training when the
     checkpoint has them (a resumed slice), else after the first chunk (its compilation excluded). ``train`` runs on the host between compiled chunks (progress,
@@ -303,7 +404,12 @@ def train(
             raise ValueError(f"{name} = {every} must be a multiple of chunk_size = {chunk_size}.")
     optimizer = optimizer or optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    opt_state = eqx.filter_jit(optimizer.init)(params)  # one program, not one per parameter shape
+    if ensemble:
+        _ensemble_size(params, static, key, member_data)
+    elif member_data is not None:
+        raise ValueError("train: member_data is for ensembles (ensemble=True).")
+    init = jax.vmap(optimizer.init) if ensemble else optimizer.init
+    opt_state = eqx.filter_jit(init)(params)  # one program, not one per parameter shape
     fingerprint = _fingerprint(params, opt_state, config)
     step, losses, evals, stored_seconds = 0, [], {}, None
     if checkpoint is not None and Path(checkpoint).exists():
@@ -315,7 +421,7 @@ def train(
         losses = list(old)
     resumed_from = step
 
-    run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype)
+    run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble, member_data)
 
     def evaluate(s):
         if eval_fn is not None and str(s) not in evals and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps):

@@ -37,7 +37,7 @@ import optax
 import xarray as xr
 
 from .. import baselines, losses, models, tasks
-from ..dynamics import train
+from ..dynamics import member, train
 from .budget import TimeBudget, least_complete, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, PartResult, fmt, lap_timer, paper_claim, save_dataset, save_paper_figure
 from .settings import Sized
@@ -142,14 +142,16 @@ def build_model(kind: str, cfg: Config, task, key):
 
 
 def _fit(model, loss, cfg: Config, key, ckpt: Path, label: str, progress: bool, budget: TimeBudget | None = None,
-         runs: list | None = None):
+         runs: list | None = None, member_data=None):
     """AdamW (lr cfg.lr) for cfg.steps steps with a checkpoint, within the next share of ``budget``; returns (model,
-    losses, steps/s) and appends the training result to ``runs``."""
+    losses, steps/s) and appends the training result to ``runs``. With ``member_data``, ``model`` is an ensemble and
+    ``key`` one key per member (``train(ensemble=True)``)."""
     if progress:
         print(f"  training {label}", flush=True)
     res = train(loss, model, cfg.steps, key, optimizer=optax.adamw(cfg.lr), chunk_size=cfg.chunk, checkpoint=ckpt,
                 config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(cfg).items()}}, progress=progress,
-                label=label, deadline=next_deadline(budget), compute_dtype=cfg.compute_dtype and jnp.dtype(cfg.compute_dtype))
+                label=label, deadline=next_deadline(budget), compute_dtype=cfg.compute_dtype and jnp.dtype(cfg.compute_dtype),
+                ensemble=member_data is not None, member_data=member_data)
     if runs is not None:
         runs.append(res)
     return res.model, res.losses, res.steps_per_second
@@ -195,14 +197,11 @@ def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
 
 
 def _ensemble_fit(members, loss_one, member_args, cfg, key, ckpt, label, progress, budget=None, runs=None):
-    """Train a vmapped ensemble (members stacked on axis 0), member i on ``loss_one(m, member_args[i], key)``."""
-    loss = lambda m, k, s: eqx.filter_vmap(lambda mm, a: loss_one(mm, a, k))(m, member_args)  # noqa: E731
-    return _fit(members, loss, cfg, key, ckpt, label, progress, budget, runs)
-
-
-def _member(ensemble, i: int):
-    """Member ``i`` of a vmapped ensemble (array leaves stacked on axis 0)."""
-    return jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, ensemble)
+    """Train a vmapped ensemble (members stacked on axis 0) as one program, member i on ``loss_one(m, member_args[i],
+    k)`` with its own data stream (keys split from ``key``) and its own optimizer state (``train(ensemble=True)``)."""
+    keys = jax.random.split(key, jax.tree_util.tree_leaves(eqx.filter(members, eqx.is_inexact_array))[0].shape[0])
+    loss = lambda m, k, s, a: loss_one(m, a, k)  # noqa: E731
+    return _fit(members, loss, cfg, keys, ckpt, label, progress, budget, runs, member_data=member_args)
 
 
 def _fig3_to_train(cfg: Config) -> list[tuple]:
@@ -276,7 +275,7 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
         for name, fn in (("gd", baselines.gradient_descent_steps), ("newton", baselines.newton_steps)):
             pred = jax.jit(jax.vmap(lambda x, y, fn=fn: fn(x, y, cfg.iterations)[:, -1]))(xs, ys)  # (P, k, m)
             out[name][i] = np.asarray(jnp.mean(jnp.sum((pred - target[:, None]) ** 2, -1), 0))
-        out["algoformer"][i] = np.asarray(_last_query_error_per_loop(_member(members, i), test, cfg.iterations))
+        out["algoformer"][i] = np.asarray(_last_query_error_per_loop(member(members, i), test, cfg.iterations))
         zero[i] = float(jnp.mean(jnp.sum(target**2, -1)))
     return xr.Dataset({k: (("sigma", "iteration"), v) for k, v in out.items()} | {"zero": (("sigma",), zero)},
                       coords={"sigma": list(cfg.sigmas), "iteration": its},

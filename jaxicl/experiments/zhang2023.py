@@ -207,7 +207,8 @@ def _fig1_model(g: GPT2Config, key, M_max: int):
 
 
 def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
-    """Train one transformer per (training covariance, N) and evaluate each on the test distributions at
+    """Train one transformer per (training covariance, N), the covariances of one N as one vmapped ensemble (each
+    member as it trains alone), and evaluate each on the test distributions at
     M = 0…2·max(N): normalised squared error (ŷ − y_query)²/d of the query after M examples, with its s.e.
     (over ``g.test_prompts`` prompts, each with its own Λ), and least squares and the zero estimator on the same
     prompts. Under a ``budget`` each model trains for its share and the dataset's ``status`` attribute says
@@ -236,29 +237,34 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
 
     encode = jax.jit(jax.vmap(tasks.garg_encoding))
     speed, runs = {}, []
-    plan(budget, len(FIG1_TRAIN) * len(g.Ns))
-    for ci, cov in enumerate(FIG1_TRAIN):
-        for ni, N in enumerate(g.Ns):
-            task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d) if cov == "random" else None)
-            curr = Curriculum(d=(min(5, g.d), g.d, 1), n=(min(11, N), N, 2), every=2000) if g.curriculum else None
+    plan(budget, len(g.Ns))
+    for ni, N in enumerate(g.Ns):  # the two training covariances of one N: one ensemble, one program
+        train_tasks = [tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d)
+                                                      if cov == "random" else None) for cov in FIG1_TRAIN]
+        curr = Curriculum(d=(min(5, g.d), g.d, 1), n=(min(11, N), N, 2), every=2000) if g.curriculum else None
 
-            def loss(m, k, s, task=task, curr=curr):
-                d_active, n_active = (None, None) if curr is None else curr.at(s)
-                return losses.sequence_loss(m, task.prompts(k, g.batch, d_active, n_active))
+        def loss(m, k, s, which, train_tasks=train_tasks, curr=curr):  # member `which` trains on its covariance
+            d_active, n_active = (None, None) if curr is None else curr.at(s)
+            draws = [lambda k, t=t: t.prompts(k, g.batch, d_active, n_active) for t in train_tasks]
+            return losses.sequence_loss(m, jax.lax.switch(which, draws, k))
 
-            label = f"fig1 {cov} N={N}"
-            if progress:
-                print(f"  training {label}", flush=True)
-            res = train(loss, _fig1_model(g, jax.random.fold_in(key, 10 * ci + ni), M_max), g.steps,
-                        jax.random.fold_in(key, 1000 + 10 * ci + ni), optimizer=optax.adamw(g.lr), chunk_size=g.chunk,
-                        checkpoint=ckpt_dir / f"fig1_{cov}_N{N}.ckpt", progress=progress, label=label,
-                        compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype),
-                        deadline=next_deadline(budget),
-                        config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}})
-            runs.append(res)
-            speed[f"{cov}_N{N}"] = res.steps_per_second
+        label = f"fig1 N={N} ({' and '.join(FIG1_TRAIN)} covariance)"
+        if progress:
+            print(f"  training {label}", flush=True)
+        # each member as it trained alone: its own initialisation, data stream and optimizer state
+        ids = [10 * ci + ni for ci in range(len(FIG1_TRAIN))]
+        res = train(loss, dynamics.stack_members([_fig1_model(g, jax.random.fold_in(key, i), M_max) for i in ids]),
+                    g.steps, jnp.stack([jax.random.fold_in(key, 1000 + i) for i in ids]), optimizer=optax.adamw(g.lr),
+                    chunk_size=g.chunk, checkpoint=ckpt_dir / f"fig1_N{N}.ckpt", progress=progress, label=label,
+                    compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype), deadline=next_deadline(budget),
+                    config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}},
+                    ensemble=True, member_data=jnp.arange(len(FIG1_TRAIN)))
+        runs.append(res)
+        speed[f"N{N}"] = res.steps_per_second  # ensemble steps (every covariance) per second
+        for ci in range(len(FIG1_TRAIN)):
+            model = dynamics.member(res.model, ci)
             for ti, (xs, ys, clean, _) in enumerate(samples.values()):
-                e = np.asarray(query_errors(res.model, encode(xs, ys, clean))) / g.d
+                e = np.asarray(query_errors(model, encode(xs, ys, clean))) / g.d
                 err[ci, ni, ti], err_se[ci, ni, ti] = e.mean(0), e.std(0, ddof=1) / np.sqrt(e.shape[0])
     dims = ("train_covariance", "N", "test", "M")
     return xr.Dataset(
