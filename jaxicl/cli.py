@@ -101,12 +101,12 @@ def _cmd_reproduce(args) -> int:
         return _reproduce_part(args, names, size, overrides)
     child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
-    in_process = not child and not runs_in_processes(names, args.jobs, not args.skip_transformers)
+    in_process = not child and (args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers))
     with watchdog.watching() if in_process else contextlib.nullcontext():
         results = reproduce(names, size=size, out=args.out,
                             progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,
                             transformers=not args.skip_transformers, jobs=args.jobs, write_report=not child,
-                            overrides=overrides)
+                            overrides=overrides, plan=args.plan)
     if child:
         _write_result(args.result_file, results)
     report = Path(args.out) / "report.md"
@@ -118,7 +118,10 @@ def _cmd_reproduce(args) -> int:
     if failed:
         return 1
     partial = [r.name for r in results if not r.complete]
-    if partial:
+    if partial and args.plan:
+        print("[jaxicl] --plan: the plan is in the report; the figures are drawn from the few steps measured",
+              file=sys.stderr)
+    elif partial:
         print(f"[jaxicl] training unfinished in {', '.join(partial)} (budget reached): run the same command again to "
               "resume", file=sys.stderr)
         return 3
@@ -198,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                    help="wall clock for this call: transformer training stops at it, checkpointed; run the same "
                         "command again to resume (exit status 3 while unfinished)")
+    p.add_argument("--plan", action="store_true",
+                   help="measure every transformer training run on a few steps and print (and write into report.md) "
+                        "models × steps, step time, ETA and the --budget slices it would take; trains nothing more. "
+                        "Runs the papers one after another (--jobs is ignored)")
     p.add_argument("--skip-transformers", action="store_true",
                    help="leave out the figures that train softmax transformers (Zhang Fig. 1, Yang Figs. 2(b)/5, "
                         "AlgoFormer): the theory and the linear models only")

@@ -78,6 +78,16 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     # a compilation cache of its own: the resuming call reads back the first call's programs
     request.addfinalizer(compilation_cache.disable)
     sliced = ["reproduce", "algoformer", "--out", str(tmp_path), "--cache-dir", str(tmp_path / "xla")]
+    # --plan first: every training run (the σ ensemble of Fig. 5 as one run of 3 models) measured on two chunks of
+    # 2 steps (the chunk the slices below compile too), the plan printed and in report.md, no checkpoint written
+    assert cli.main(sliced + ["--plan", "--budget", "30"]) in (0, 1)  # (toy-size checks may fail)
+    report = (tmp_path / "report.md").read_text()
+    assert "**Training plan**" in report and "training plan" in capsys.readouterr().out
+    rows = [line for line in report.splitlines() if line.startswith("| fig") and " × " in line]
+    assert len(rows) == 11, rows  # Fig. 2: 3 tasks × 3 models; Fig. 3: one setting more; Fig. 5: one ensemble
+    assert sum("| 3 × 4 (4) |" in r for r in rows) == 1 and sum("| 1 × 4 (4) |" in r for r in rows) == 10
+    assert "With `--budget 30`: about 1 call(s)" in report
+    assert not list(tmp_path.rglob("*.ckpt"))
     assert cli.main(sliced + ["--budget", "1e-6"]) == 3
     assert "run the same command again to resume" in capsys.readouterr().err
     report = (tmp_path / "report.md").read_text()

@@ -274,12 +274,15 @@ def _xy(N=12, d=4, m=2, key=KEY):
 def test_ols_ridge_averaging_knn_match_direct_formulas_at_every_prefix():
     xs, ys = _xy()
     X, Y = np.asarray(xs), np.asarray(ys)
-    o, r, a, k = (np.asarray(f(xs, ys)) for f in (baselines.ols, lambda x, y: baselines.ridge(x, y, 0.3),
-                                                  baselines.averaging, lambda x, y: baselines.nearest_neighbours(x, y, 2)))
-    assert np.all(o[0] == 0) and np.all(a[0] == 0)
+    o, g, r, a, k = (np.asarray(f(xs, ys)) for f in (baselines.ols, baselines.ols_gram,
+                                                     lambda x, y: baselines.ridge(x, y, 0.3), baselines.averaging,
+                                                     lambda x, y: baselines.nearest_neighbours(x, y, 2)))
+    assert np.all(o[0] == 0) and np.all(g[0] == 0) and np.all(a[0] == 0)
     for i in range(1, 12):
         Xi, Yi = X[:i], Y[:i]
         np.testing.assert_allclose(o[i], X[i] @ np.linalg.pinv(Xi) @ Yi, rtol=1e-9, atol=1e-10)
+        # from the Gram matrices, below d = 4 examples too (minimum norm): squared condition, float64 still 1e-9
+        np.testing.assert_allclose(g[i], X[i] @ np.linalg.pinv(Xi) @ Yi, rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(r[i], X[i] @ np.linalg.solve(Xi.T @ Xi + 0.3 * np.eye(4), Xi.T @ Yi), rtol=1e-9)
         np.testing.assert_allclose(a[i], X[i] @ (Xi.T @ Yi) / i, rtol=1e-9)
         near = np.argsort(((Xi - X[i]) ** 2).sum(1))[:2]
@@ -537,7 +540,7 @@ def test_zhang_fig1_pipeline_reference_curves(tmp_path):
     sd = np.array([[np.sqrt(3 * (d**2 + 2 * d) / d**2 - 1)]] + [[cc * np.sqrt(3 * (d**2 + 5 * d) / d**2 - 1)] for cc in g.cs])
     z = (ds.zero.values - c) / (sd / np.sqrt(P))
     assert np.all(np.abs(z) <= 4), z
-    assert len(list(tmp_path.glob("*.ckpt"))) == 4
+    assert len(list(tmp_path.glob("*.ckpt"))) == len(g.Ns)  # one ensemble (both covariances) per N
 
 
 def test_template_sequence_loss_estimates_eq9_so_l_star_is_its_floor():
@@ -683,3 +686,14 @@ def test_zhang_fig1_trains_the_covariances_of_one_n_as_an_ensemble_equal_to_trai
     e = np.mean([np.asarray(losses.position_errors(alone.model, jax.tree_util.tree_map(lambda a: a[i:i + 1], prompts))[0, ::2])
                  for i in range(16)], 0) / g.d
     np.testing.assert_allclose(ds.error.sel(train_covariance="random", test="identity").values[0], e, rtol=1e-6)
+
+
+def test_zhang_fig1_least_squares_references_in_float64_come_from_the_gram_form():
+    """In float64 (as the reproduction runs) Fig. 1's least-squares curve is computed by ols_gram: equal to the SVD's
+    at every M, the interpolation threshold M = d included, with label noise so that M > d is not trivially 0."""
+    xs = jax.random.normal(KEY, (64, 25, 6))
+    ys = xs @ jax.random.normal(jax.random.PRNGKey(1), (64, 6, 1)) + 0.3 * jax.random.normal(jax.random.PRNGKey(2), (64, 25, 1))
+    svd = np.mean(np.sum((np.asarray(jax.vmap(baselines.ols)(xs, ys)) - np.asarray(ys)) ** 2, -1), 0)
+    gram = np.mean(np.sum((np.asarray(jax.vmap(baselines.ols_gram)(xs, ys)) - np.asarray(ys)) ** 2, -1), 0)
+    np.testing.assert_allclose(gram, svd, rtol=1e-8)
+    assert svd[6] > 10 * svd[-1]  # the spike at M = d is in the range compared

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -35,6 +36,46 @@ from ..profiling import StageTimer
 from .descent import check_finite_curve
 
 _MAGIC = "jaxicl-checkpoint-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One training run as :func:`planning` measured it: ``members`` models (an ensemble) of which ``steps_left`` of
+    ``n_steps`` steps remain (a checkpoint may hold the rest), at ``seconds_per_step`` (one step of every member,
+    compilation excluded, measured on ``platform``)."""
+
+    label: str
+    members: int
+    n_steps: int
+    steps_left: int
+    seconds_per_step: float
+    platform: str
+
+    @property
+    def seconds_left(self) -> float:
+        return self.steps_left * self.seconds_per_step
+
+
+_PLANNED: list | None = None  # the runs measured under `planning()`; None: train as usual
+
+
+@contextlib.contextmanager
+def planning(steps: int = 4):
+    """Within this context :func:`train` measures instead of training: it compiles a chunk of ``steps`` steps, runs
+    it twice (the second run is timed), records a :class:`PlannedRun` in the list this yields and returns the model
+    after those 2 × ``steps`` steps as a partial result (no checkpoint is written or read beyond the existing one's
+    step). ``jaxicl reproduce --plan`` uses it to print each figure's ETA before a long run."""
+    global _PLANNED
+    steps = _validate.integer("planning: steps", steps)
+    outer, _PLANNED = _PLANNED, []
+    _PLANNED_STEPS[0] = steps
+    try:
+        yield _PLANNED
+    finally:
+        _PLANNED = outer
+
+
+_PLANNED_STEPS = [4]
 
 
 class Curriculum(eqx.Module):
@@ -422,6 +463,8 @@ def train(
     resumed_from = step
 
     run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble, member_data)
+    if _PLANNED is not None:
+        return _plan_run(run_chunk, params, opt_state, static, key, step, n_steps, losses, ensemble, label, eval_fn)
 
     def evaluate(s):
         if eval_fn is not None and str(s) not in evals and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps):
@@ -486,6 +529,29 @@ def train(
     sps = seconds_per_step()
     return TrainResult(eqx.combine(params, static), opt_state, np.asarray(losses), eval_steps, eval_arrays,
                        1 / sps if sps else float("nan"), resumed_from, step, n_steps, time_limited)
+
+
+def _plan_run(run_chunk, params, opt_state, static, key, step: int, n_steps: int, losses: list, ensemble: bool,
+              label: str | None, eval_fn=None) -> TrainResult:
+    """:func:`train` under :func:`planning`: two chunks of the planned length (the second timed), recorded."""
+    n = max(1, min(_PLANNED_STEPS[0], (n_steps - step) // 2))
+    times, done = [], step
+    for _ in range(2 if n_steps - step >= 2 else 1 if n_steps > step else 0):
+        t0 = time.perf_counter()
+        (params, opt_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(done, n))
+        chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
+        times.append(time.perf_counter() - t0)
+        check_finite_curve(chunk_losses, "training loss", first_step=done)
+        losses.extend(chunk_losses)
+        done += n
+    members = int(np.shape(key)[0]) if ensemble else 1
+    seconds = times[-1] / n if times else float("nan")
+    platform = jax.tree_util.tree_leaves(params)[0].devices().pop().platform if jax.tree_util.tree_leaves(params) else "?"
+    _PLANNED.append(PlannedRun(label or "run", members, n_steps, n_steps - step, seconds, platform))
+    model = eqx.combine(params, static)
+    evals = {} if eval_fn is None else {k: np.asarray([np.asarray(v)]) for k, v in eval_fn(model).items()}
+    return TrainResult(model, opt_state, np.asarray(losses), np.array([done] if evals else [], int), evals,
+                       1 / seconds if times else float("nan"), step, done, n_steps, False)
 
 
 def _refuse_tracers(tree, where: str) -> None:

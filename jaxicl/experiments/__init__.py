@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from .. import placement
+from .. import dynamics, placement
 from .._io import atomic_write_text
 from ..profiling import Stage, StageTimer, total
 from ..watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
-from .budget import TimeBudget
+from .budget import TimeBudget, plan_markdown
 from . import settings
 from .report import Check, PaperResult, PartResult, headline, render_markdown
 from .report import recording as report_settings
@@ -142,7 +142,7 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
 
 def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
               budget_minutes: float | None = None, transformers: bool = True, jobs: int = 1,
-              write_report: bool = True, overrides: dict | None = None) -> list[PaperResult]:
+              write_report: bool = True, overrides: dict | None = None, plan: bool = False) -> list[PaperResult]:
     """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
 
     ``budget_minutes``: wall clock for the whole call; the papers that train transformers share what is left of
@@ -153,7 +153,10 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     :func:`_run_in_processes`); the results and the report are those of a sequential run, in the order given.
     ``write_report=False`` leaves ``out/report.md`` alone (the per-paper processes of ``jobs`` > 1).
     ``overrides``: paper -> {setting: value} (:mod:`jaxicl.experiments.settings`), checked before any work; the
-    report names the settings that differ from ``size``'s."""
+    report names the settings that differ from ``size``'s.
+    ``plan``: every training run measures its step time on a few steps (:func:`jaxicl.dynamics.planning`) instead of
+    training, and each paper's notes get the plan (models × steps, step time, time left, ``--budget`` slices); one
+    process (``jobs`` is ignored), so that the step times are measured alone."""
     names = list(names) if names else available()
     unknown = [n for n in names if n not in REPRODUCTIONS]
     if unknown:
@@ -168,7 +171,7 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     modules = _modules(names, transformers)
     configs = effective_settings(modules, size, overrides, transformers)
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
-    if runs_in_processes(names, jobs, transformers):
+    if runs_in_processes(names, jobs, transformers) and not plan:
         return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides)
     results = []
     for i, (name, module) in enumerate(modules.items()):
@@ -178,9 +181,15 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         if end is not None and transformers and _trains(module):
             training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
             kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
-        with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
+        with placement.on("latency"), (dynamics.planning() if plan else contextlib.nullcontext([])) as planned:
+            # (the library's throughput-bound calls move to the accelerator themselves)
             res = _run_with_settings(module, size, configs[name], lambda **c: module.run(
                 size=size, out=out, progress=progress, **kwargs, **c))
+        if plan and planned:
+            table = plan_markdown(planned, budget_minutes)
+            res.notes.append("**Training plan** (`--plan`: each run measured on a few steps; nothing else trained):\n\n"
+                             + table)
+            print(f"[jaxicl] {name}: training plan\n{table}", flush=True)
         done = whole.lap(name)
         if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
             rest = total(res.stages)

@@ -76,3 +76,35 @@ def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
         return checks
     return [dataclasses.replace(c, claim=f"{c.claim} [{status}]", asserted=False,
                                 reason=c.reason or f"training {status}") for c in checks]
+
+
+def plan_markdown(runs, budget_minutes: float | None = None) -> str:
+    """The training plan of ``jaxicl reproduce --plan`` as a markdown table: per run (:class:`jaxicl.dynamics.PlannedRun`)
+    its models × steps, the measured step time, the time left and, with a ``--budget``, the slices it would take
+    (each call of ``--budget M`` minutes gives every run still unfinished an equal share; the whole takes
+    ⌈Σ time left / M⌉ calls when the papers' shares are used up in full)."""
+    import math
+
+    lines = ["| training run | models × steps (left) | step time (all models) | device | time left |",
+             "|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r.label} | {r.members} × {r.n_steps:,} ({r.steps_left:,}) | {1e3 * r.seconds_per_step:.3g} ms "
+                     f"| {r.platform} | {_duration(r.seconds_left)} |")
+    total = sum(r.seconds_left for r in runs)
+    lines.append(f"| **total** | {sum(r.members for r in runs)} models | | | **{_duration(total)}** |")
+    if budget_minutes:
+        lines.append(f"\nWith `--budget {budget_minutes:g}`: about {math.ceil(total / (60 * budget_minutes))} call(s) "
+                     "of the same command (each resumes the checkpoints).")
+    else:
+        lines.append(f"\nIn slices of `--budget 60` (minutes): about {math.ceil(total / 3600)} call(s) of the same command.")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if not seconds == seconds:  # nan: nothing measured
+        return "not measured"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

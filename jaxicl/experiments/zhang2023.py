@@ -223,7 +223,10 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
     ols, zero = np.zeros(shape[2:]), np.zeros(shape[2:])
     @jax.jit
     def reference_errors(xs, ys, clean):  # OLS at every prefix, 64 prompts at a time (memory at M = 200), and zero
-        e_ols = jax.lax.map(lambda a: jnp.sum((baselines.ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean),
+        # in float64 from the prefix Gram matrices (d × d eigendecompositions), not an SVD of every prefix: O(M d³),
+        # not O(M² d²); the Gram squares the condition number at M ≈ d, so float32 prompts keep the SVD
+        ols = baselines.ols_gram if xs.dtype == jnp.float64 else baselines.ols
+        e_ols = jax.lax.map(lambda a: jnp.sum((ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean),
                             batch_size=64)
         return jnp.mean(e_ols, 0) / g.d, jnp.mean(jnp.sum(clean**2, -1), 0) / g.d
 
