@@ -154,10 +154,44 @@ def _reproduce_part(args, names: list[str], size: str, overrides: dict | None = 
     return 0
 
 
+def _cmd_stage_sweep(args) -> int:
+    """``jaxicl sweep --stage PAPER:STAGE --grid KEY=[...]``: experiments.stage_sweep."""
+    from .experiments import settings
+    from .experiments.stage_sweep import stages, sweep_stage, verdict_table
+
+    if args.list_stages:
+        for name, what in stages().items():
+            print(f"{name:32s} {what}")
+        return 0
+    if args.config is not None:
+        print("jaxicl sweep: give a TOML file or --stage, not both", file=sys.stderr)
+        return 2
+    try:
+        grid = dict(settings.parse_assignment(a) for a in args.grid or ())
+        overrides = dict(settings.parse_assignment(a) for a in args.set or ())
+        writable_directory(args.out, "--out")
+        _use_cache(args)
+        ds = sweep_stage(args.stage, grid, "full" if args.full else "quick", overrides, args.out,
+                         progress=args.progress or sys.stderr.isatty())
+    except (settings.SettingsError, ValueError) as e:
+        print(f"jaxicl sweep: {e}", file=sys.stderr)
+        return 2
+    print(ds)
+    print(verdict_table(ds))
+    print(f"[jaxicl] wrote {Path(args.out) / 'sweep.nc'}")
+    return 0
+
+
 def _cmd_sweep(args) -> int:
     from .sweep import SweepConfigError
     from .sweep_config import ConfigError, load_config, run_config
 
+    if args.stage or args.list_stages:
+        return _cmd_stage_sweep(args)
+    if args.config is None:
+        print("jaxicl sweep: give a TOML file, or --stage PAPER:STAGE --grid SETTING=[...] (--list-stages)",
+              file=sys.stderr)
+        return 2
     _use_cache(args)
     try:
         cfg = load_config(args.config)
@@ -227,8 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quick", action="store_true", help="the quick size's settings (default)")
     g.add_argument("--full", action="store_true", help="the paper's size")
     p.set_defaults(func=_cmd_config)
-    p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config)")
-    p.add_argument("config", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
+    p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config), or a "
+                                     "reproduction's stage over a grid of its settings (--stage)")
+    p.add_argument("config", nargs="?", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
+    p.add_argument("--stage", metavar="PAPER:STAGE", help="a reproduction's stage to run at every grid point "
+                                                          "(--list-stages lists them)")
+    p.add_argument("--grid", action="append", metavar="SETTING=[V1,V2,...]",
+                   help="with --stage: one axis of the grid over the paper's scalar settings (repeat for more)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --stage: a setting for every point")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="with --stage: from the quick settings (default)")
+    g.add_argument("--full", action="store_true", help="with --stage: from the papers' settings")
+    p.add_argument("--out", default="jaxicl-sweep", help="with --stage: output directory, resumable (default: "
+                                                         "./jaxicl-sweep)")
+    p.add_argument("--list-stages", action="store_true", help="list the stages --stage can run")
     p.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")
     _add_cache_options(p)
     _add_device_option(p)

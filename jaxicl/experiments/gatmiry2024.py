@@ -525,6 +525,11 @@ def _learned_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     ]
 
 
+# --- stages a `jaxicl sweep --stage gatmiry2024:NAME` runs over a grid of settings (experiments.stage_sweep) ------
+SWEEPABLE = {"thm6_thm7": check_thm6_thm7, "constructions": check_constructions, "fig1_theory": fig1_theory,
+             "learned_steps": learned_steps_sweep}
+
+
 # --- run ---------------------------------------------------------------------------------------------
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
         config: Config | None = None) -> PaperResult:

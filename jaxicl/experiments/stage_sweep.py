@@ -1,0 +1,168 @@
+"""Sweeps over any setting of a reproduction's stage: ``jaxicl sweep --stage PAPER:STAGE --grid FIELD=[v1, v2, …]``.
+
+A *stage* is a function of a paper's ``Config`` alone (its ``SWEEPABLE`` table names them; ``jaxicl sweep
+--list-stages`` lists them all), returning its checks and an ``xarray.Dataset``, or only the dataset. A stage sweep
+runs the stage at every point of the grid (the cartesian product of the ``grid``'s lists of scalar settings, each
+validated like ``--set`` before any work, on top of ``size`` and ``overrides``) and returns one dataset:
+
+- every variable of the stage's datasets, with the grid's settings as new leading dimensions (points whose stage
+  datasets have other sizes are padded with NaN);
+- ``verdict`` (grid × check): each check's verdict at each point ("pass", "FAIL", "not reproduced", "not
+  applicable", "report"), and ``check_claim`` (check) the claims as the first point words them, so that one can
+  read where a theorem's premise stops holding or its prediction stops matching.
+
+The points run one after another, each a full stage with its own compiled programs; points whose shapes agree reuse
+them (JAX's compilation caches), so a grid over a value (σ, κ, a step count) compiles once and one over a size (d,
+depth) once per size. A setting the stage itself sweeps as one vmapped program (e.g. Gatmiry's ``kappas``) is set
+as a whole with ``--set``, not gridded. With ``out``, each point's dataset is written as it finishes
+(``out/points/point-K.nc``, carrying a digest of its settings): an interrupted sweep run again resumes, computing only
+the points missing or whose settings changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from . import settings
+from .report import save_dataset
+
+
+def _module(paper: str):
+    from . import REPRODUCTIONS, available
+
+    if paper not in REPRODUCTIONS:
+        raise settings.SettingsError(f"unknown reproduction {paper!r}; one of {available()}.")
+    return importlib.import_module(f"jaxicl.experiments.{paper}")
+
+
+def stages() -> dict[str, str]:
+    """``"paper:stage"`` -> what it computes, for every reproduction's ``SWEEPABLE`` stages."""
+    from . import available
+
+    out = {}
+    for paper in available():
+        for name, fn in getattr(_module(paper), "SWEEPABLE", {}).items():
+            out[f"{paper}:{name}"] = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+    return out
+
+
+def _stage(stage: str):
+    paper, _, name = stage.partition(":")
+    module = _module(paper)
+    table = getattr(module, "SWEEPABLE", {})
+    if name not in table:
+        raise settings.SettingsError(f"{paper} has no sweepable stage {name!r}; its stages: {sorted(table) or 'none'} "
+                                     "(`jaxicl sweep --list-stages`).")
+    return paper, module, table[name]
+
+
+def _points(base, grid: dict[str, list]) -> list[tuple[dict, object]]:
+    """Every grid point as (setting -> value, its Config), all validated before any work."""
+    if not grid:
+        raise settings.SettingsError("a stage sweep needs a grid: --grid SETTING=[v1, v2, ...].")
+    fields = settings.flat(base)
+    for key, values in grid.items():
+        if key in fields and isinstance(fields[key], (tuple, list)):
+            raise settings.SettingsError(
+                f"{key} is a list setting, which the stage sweeps itself: set it whole with --set {key}=[...], and grid "
+                "over scalar settings.")
+        if not isinstance(values, (list, tuple)) or not values:
+            raise settings.SettingsError(f"grid {key}: give a non-empty list of values, e.g. {key}=[1, 2].")
+    keys = list(grid)
+    points = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        point = dict(zip(keys, combo))
+        points.append((point, settings.apply(base, point)))  # SettingsError names the key and the value
+    return points
+
+
+def _digest(stage: str, cfg) -> str:
+    flat = {k: repr(v) for k, v in settings.flat(cfg).items()}
+    return hashlib.sha256(json.dumps([stage, flat], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _run_point(fn, cfg) -> xr.Dataset:
+    out = fn(cfg)
+    checks, ds = out if isinstance(out, tuple) else ([], out)
+    ds = ds if isinstance(ds, xr.Dataset) else xr.Dataset(ds)
+    ds = ds.drop_attrs() if hasattr(ds, "drop_attrs") else ds.assign_attrs({})
+    if checks:
+        ds["verdict"] = ("check", np.array([c.verdict for c in checks], dtype=object).astype(str))
+        ds["check_claim"] = ("check", np.array([c.claim for c in checks], dtype=object).astype(str))
+    return ds
+
+
+def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", overrides: dict | None = None,
+                out: str | Path | None = None, progress: bool = False) -> xr.Dataset:
+    """Run ``stage`` ("paper:name") at every point of ``grid`` (setting -> list of values) on top of ``size``'s
+    config with ``overrides``; returns the stacked dataset (module docstring). With ``out``, resumable point by
+    point, and the result is also written to ``out/sweep.nc``."""
+    import jax
+
+    from tqdm.auto import tqdm
+
+    paper, module, fn = _stage(stage)
+    if size not in module.SIZES:
+        raise settings.SettingsError(f"size must be one of {sorted(module.SIZES)}, got {size!r}.")
+    base = settings.apply(module.SIZES[size], overrides or {})
+    points = _points(base, grid)
+    folder = None if out is None else Path(out) / "points"
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, (point, cfg) in enumerate(tqdm(points, disable=not progress, unit="point", desc=stage)):
+        digest = _digest(stage, cfg)
+        path = None if folder is None else folder / f"point-{i:05d}.nc"
+        ds = None
+        if path is not None and path.exists():
+            try:
+                stored = xr.load_dataset(path, engine="h5netcdf")
+                ds = stored if stored.attrs.get("digest") == digest else None
+            except (OSError, ValueError):
+                ds = None  # unreadable: computed again
+        if ds is None:
+            with jax.enable_x64(getattr(module, "STAGE_X64", True)):
+                ds = _run_point(fn, cfg)
+            if path is not None:
+                save_dataset(ds.assign_attrs(digest=digest, stage=stage, point=json.dumps(point)), path)
+        results.append(ds.drop_attrs() if hasattr(ds, "drop_attrs") else ds.assign_attrs({}))
+    keys = list(grid)
+    claims = results[0]["check_claim"] if "check_claim" in results[0] else None
+    # dimensions without coordinates get positions, so that points of other sizes align (padded with NaN)
+    results = [r.drop_vars("check_claim", errors="ignore").assign_coords(
+        {d: np.arange(n) for d, n in r.sizes.items() if d not in r.coords}) for r in results]
+    stacked = xr.concat(results, dim="point", join="outer")
+    stacked = stacked.assign_coords({k: ("point", [p[k] for p, _ in points]) for k in keys})
+    stacked = stacked.set_index(point=keys).unstack("point") if len(keys) > 1 else stacked.swap_dims(point=keys[0])
+    if claims is not None:
+        stacked["check_claim"] = claims
+    stacked.attrs.update(stage=stage, size=size, grid=json.dumps({k: list(v) for k, v in grid.items()}),
+                         settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}))
+    if out is not None:
+        save_dataset(stacked, Path(out) / "sweep.nc")
+    return stacked
+
+
+def verdict_table(ds: xr.Dataset) -> str:
+    """Markdown: per check, how many grid points gave each verdict, and the first point where it did not pass."""
+    if "verdict" not in ds:
+        return "(this stage has no checks)"
+    grid = [d for d in ds["verdict"].dims if d != "check"]
+    v = ds["verdict"].transpose(*grid, "check")
+    lines = ["| check | verdicts over the grid | first point not passing |", "|---|---|---|"]
+    for j in range(ds.sizes["check"]):
+        col = v.isel(check=j)
+        values = col.values.ravel()
+        counts = ", ".join(f"{n} {name}" for name, n in zip(*np.unique(values, return_counts=True)))
+        bad = [idx for idx in np.ndindex(col.shape) if col.values[idx] not in ("pass", "report")]
+        first = ", ".join(f"{g} = {ds[g].values[i]}" for g, i in zip(grid, bad[0])) if bad else "—"
+        lines.append(f"| {str(ds['check_claim'].values[j])[:90]} | {counts} | {first} |")
+    return "\n".join(lines)
+
