@@ -14,13 +14,7 @@
 set -uo pipefail
 JOBS=${1:-5}
 read -r T_COLD T_WARM T_ALONE <<< "${DEVICE_CHECK_TIMEOUTS:-200 90 45}"
-DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$DIR"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
 JAXICL="python3 -m jaxicl.cli"
 PAPERS=${DEVICE_CHECK_PAPERS:-$($JAXICL list | awk '{print $1}')}  # a subset, to try the script on a CPU
 

@@ -14,13 +14,7 @@
 # (seconds, default "200 60 150 60").
 set -uo pipefail
 read -r T_BENCH T_OLS T_PLAN T_SLICE <<< "${ENSEMBLE_CHECK_TIMEOUTS:-200 60 150 60}"
-DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$DIR"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$GPU" in *H100*|*H200*) PEAK=${PEAK_TFLOPS:-989} ;; *) PEAK=${PEAK_TFLOPS:-} ;; esac
 PEAK_ARG=${PEAK:+--peak-tflops $PEAK}
