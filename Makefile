@@ -8,7 +8,7 @@ OUT ?= jaxicl-report
 # CPU-seconds, 2.8 % shorter in two pairs of clean-clone runs on the 2-core VM; benchmarks/README.md)
 JOBS ?= 3
 
-.PHONY: reproduce test test-slow bench clean
+.PHONY: reproduce test test-slow bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick 
 test: $(VENV)/.installed-test  ## install, then run the default test suite (slow reproductions deselected)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q
 
+docs: $(VENV)/.installed-test  ## the documentation site (mkdocs, API reference from the docstrings) -> site/
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 test-slow: $(VENV)/.installed-test  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q
 
@@ -44,4 +47,4 @@ bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/
 	$(BIN)/python benchmarks/bench_sensitivity.py
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(OUT) .pytest_cache site

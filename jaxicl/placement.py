@@ -80,6 +80,7 @@ def accelerator() -> jax.Device:
 
 
 def has_accelerator() -> bool:
+    """Whether JAX's default backend is an accelerator (GPU or TPU) rather than the host CPU."""
     return jax.devices()[0].platform != "cpu"
 
 

@@ -1,4 +1,4 @@
-"""The README's ten-line example runs as written."""
+"""The README's ten-line example and the guides' examples (docs/) run as written."""
 
 import importlib
 import re
@@ -7,9 +7,15 @@ from pathlib import Path
 import pytest
 
 
+ROOT = Path(__file__).parent.parent
+TEN_LINES = r"## The library in ten lines\n\n```python\n(.*?)```"
+
+
 def test_readme_example_runs():
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    code = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    text = (ROOT / "README.md").read_text()
+    code = re.search(TEN_LINES, text, re.S).group(1)
+    # the getting-started page shows the same example
+    assert re.search(TEN_LINES, (ROOT / "docs" / "getting-started.md").read_text(), re.S).group(1) == code
     ns = {}
     exec(compile(code, "README.md", "exec"), ns)
     assert ns["sol"].losses.shape == ns["sol"].ts.shape
@@ -17,12 +23,12 @@ def test_readme_example_runs():
 
 
 
-def _run_section(heading: str, preamble: str = "") -> dict:
-    """Run the ten-line example's set-up (everything before ``sol =``), then the first code block under
-    ``heading``; return the namespace."""
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    first = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
-    code = re.search(rf"## {heading}.*?\n\n```python\n(.*?)```", text, re.S).group(1)
+def _run_section(heading: str, page: str, preamble: str = "") -> dict:
+    """Run the README's ten-line example's set-up (everything before ``sol =``), then the first code block under
+    ``heading`` of the guide ``docs/guides/{page}.md``; return the namespace."""
+    first = re.search(TEN_LINES, (ROOT / "README.md").read_text(), re.S).group(1)
+    text = (ROOT / "docs" / "guides" / f"{page}.md").read_text()
+    code = re.search(rf"#+ {heading}.*?\n\n```python\n(.*?)```", text, re.S).group(1)
     ns = {"__code__": code}
     exec(compile(first.split("sol =")[0] + preamble, "README.md", "exec"), ns)
     exec(compile(code, "README.md", "exec"), ns)
@@ -30,12 +36,12 @@ def _run_section(heading: str, preamble: str = "") -> dict:
 
 
 def test_readme_linear_transformer_example_runs():
-    ns = _run_section("Multi-layer linear transformers")
+    ns = _run_section("Multi-layer linear transformers", "linear-transformers")
     assert ns["fit"].losses[-1] < 0.2 * ns["fit"].losses[0]
 
 
 def test_readme_gatmiry_example_runs():
-    ns = _run_section("Depth versus looping", "from jaxicl.models import LinearTransformer\n")
+    ns = _run_section("Depth versus looping", "gatmiry", "from jaxicl.models import LinearTransformer\n")
     code = ns["__code__"]
     import numpy as np
 
@@ -48,13 +54,13 @@ def test_readme_gatmiry_example_runs():
 
 
 def test_readme_yang_example_runs():
-    ns = _run_section("Multi-head softmax attention")
+    ns = _run_section("Multi-head softmax attention", "yang")
     assert float(ns["curve"][-1]) < 1e-4 * float(ns["curve"][0])  # four decades towards the ridge-regression limit
 
 
 def test_readme_algoformer_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the example writes algo.ckpt
-    ns = _run_section("Softmax transformers")
+    ns = _run_section("Softmax transformers", "softmax-transformers")
     import numpy as np
 
     assert ns["run"].losses.shape == (200,) and (tmp_path / "algo.ckpt").exists()
@@ -65,7 +71,7 @@ def test_readme_algoformer_example_runs(tmp_path, monkeypatch):
 def test_readme_sensitivity_example_runs():
     import numpy as np
 
-    ns = _run_section("Differentiating through training")
+    ns = _run_section("Differentiating through training", "differentiating")
     for name in ("sigma", "lam"):
         np.testing.assert_allclose(np.asarray(ns["grads"][name]), ns["check"][name], rtol=1e-6)
 

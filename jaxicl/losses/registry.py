@@ -55,6 +55,9 @@ def no_closed_form(model, task, why: str = "") -> NoClosedFormError:
 
 
 def has_population_loss(model, task) -> bool:
+    """Whether a closed-form population loss is registered for this (model type, task type) pair. Where none is,
+    :func:`population_loss` raises ``NoClosedFormError`` (use :func:`mc_loss`); a registered one may still refuse a
+    model it does not describe (e.g. a deeper one), with the same error."""
     return _lookup(model, task) is not None
 
 

@@ -137,6 +137,7 @@ def ols_prediction(prompt: Prompt) -> Float[Array, ""]:
 
 
 def ols_loss(prompts: Prompt) -> Float[Array, ""]:
+    """½ mean (ŷ − y_q)² over a batch of prompts of least squares on each prompt's examples (:func:`ols_prediction`)."""
     return _half_mse(jax.vmap(ols_prediction)(prompts), prompts.y_query)
 
 
