@@ -5,11 +5,11 @@ only (and is 0 for i = 1).
 All take ``xs`` (N, d) and ``ys`` (N, m) and return predictions (N, m); the iterative ones return the
 predictions after each iteration, (k, N, m). Lift to a batch of prompts with ``jax.vmap``.
 
-- :func:`ols` (minimum-norm least squares), :func:`ridge`;
-- :func:`gradient_descent_steps`: k steps of GD on (1/2n)‖Xw − y‖² from w = 0 (AlgoFormer eq. 5);
-- :func:`newton_steps`: k steps of the Newton iteration of AlgoFormer eq. (4),
+- `ols` (minimum-norm least squares), `ridge`;
+- `gradient_descent_steps`: k steps of GD on (1/2n)‖Xw − y‖² from w = 0 (AlgoFormer eq. 5);
+- `newton_steps`: k steps of the Newton iteration of AlgoFormer eq. (4),
   M_0 = αS, M_{k+1} = 2M_k − M_k S M_k, w_k = M_k Xᵀy, S = XᵀX;
-- :func:`nearest_neighbours` (mean label of the k nearest previous inputs) and :func:`averaging`
+- `nearest_neighbours` (mean label of the k nearest previous inputs) and `averaging`
   (w = (1/n) Σ y_j x_j), the baselines of Garg et al.
 """
 
@@ -39,7 +39,7 @@ def ols(xs: Float[Array, "N d"], ys: Float[Array, "N m"]) -> Float[Array, "N m"]
 
 
 def ols_gram(xs: Float[Array, "N d"], ys: Float[Array, "N m"]) -> Float[Array, "N m"]:
-    """:func:`ols` from the prefix Gram matrices: W_i = pinv(G_i) b_i with G_i = X_{<i}ᵀX_{<i} and b_i = X_{<i}ᵀY_{<i}
+    """`ols` from the prefix Gram matrices: W_i = pinv(G_i) b_i with G_i = X_{<i}ᵀX_{<i} and b_i = X_{<i}ᵀY_{<i}
     (cumulative sums), which is pinv(X_{<i}) Y_{<i} because b_i lies in the row space of X_{<i}. One d × d symmetric
     eigendecomposition per prefix, O(N d³), instead of an SVD of an N × d matrix, O(N² d²): at N = 201, d = 20 (Zhang
     et al.'s Fig. 1 at paper size) far cheaper, on a GPU as on a CPU. Eigenvalues below N·ε·λ_max count as zero (as

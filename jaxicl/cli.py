@@ -1,7 +1,7 @@
 """Command line: ``jaxicl list``, ``jaxicl reproduce [NAME ...] [--quick|--full] [--out DIR]``, ``jaxicl sweep CONFIG``.
 
-``reproduce`` and ``sweep`` use JAX's persistent compilation cache (see :mod:`jaxicl.compilation_cache`), and start
-the same command again, once, if XLA:CPU deadlocks them (:mod:`jaxicl.watchdog`)."""
+``reproduce`` and ``sweep`` use JAX's persistent compilation cache (see `jaxicl.compilation_cache`), and start
+the same command again, once, if XLA:CPU deadlocks them (`jaxicl.watchdog`)."""
 
 from __future__ import annotations
 
@@ -309,9 +309,9 @@ def cpu_only() -> bool:
 
 @contextlib.contextmanager
 def _default_xla_flags():
-    """Within the block, DEFAULT_XLA_FLAGS (and CPU_XLA_FLAGS where :func:`cpu_only`) are added to $XLA_FLAGS, each
+    """Within the block, DEFAULT_XLA_FLAGS (and CPU_XLA_FLAGS where `cpu_only`) are added to $XLA_FLAGS, each
     unless already named there (read when JAX creates its backend, i.e. before any computation, and by the processes
-    the command starts); after it, $XLA_FLAGS is as it was (a test that calls :func:`main` leaves no flags behind
+    the command starts); after it, $XLA_FLAGS is as it was (a test that calls `main` leaves no flags behind
     for the processes it starts later)."""
     import os
 

@@ -6,9 +6,9 @@ JAX's own: its key hashes the lowered program, the compile options, the backend 
 jax/jaxlib versions, so a changed model, another machine or another JAX version compiles afresh; a stale entry
 is never used for a different program.
 
-The ``jaxicl`` command enables it by default under :func:`default_dir` (``$JAXICL_CACHE_DIR``, else
+The ``jaxicl`` command enables it by default under `default_dir` (``$JAXICL_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/jaxicl/xla``, else ``~/.cache/jaxicl/xla``); ``--cache-dir`` overrides the place and
-``--no-cache`` turns it off. Library users call :func:`enable` themselves (or set JAX's own options).
+``--no-cache`` turns it off. Library users call `enable` themselves (or set JAX's own options).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def default_dir() -> Path:
 
 def enable(path: str | os.PathLike | None = None, min_compile_seconds: float = MIN_COMPILE_SECONDS) -> Path:
     """Cache every program that takes at least ``min_compile_seconds`` to compile under ``path`` (default
-    :func:`default_dir`); returns the directory. Raises ``ValueError`` if it cannot be created or written."""
+    `default_dir`); returns the directory. Raises ``ValueError`` if it cannot be created or written."""
     from ._io import writable_directory
 
     path = Path(path).expanduser() if path is not None else default_dir()

@@ -8,13 +8,13 @@ Two kinds of work:
 - **throughput**-bound: many independent points or large batches — sweeps, Monte Carlo over large batches,
   transformer training, big linear algebra. The accelerator runs it.
 
-A reproduction runs under ``on("latency")``; the library's throughput-bound entry points (:func:`jaxicl.train`,
-:func:`jaxicl.sweep`, :func:`jaxicl.mc_loss` over at least :data:`LARGE_BATCH` prompts) enter ``on("throughput")``
+A reproduction runs under ``on("latency")``; the library's throughput-bound entry points (`jaxicl.train`,
+`jaxicl.sweep`, `jaxicl.mc_loss` over at least `LARGE_BATCH` prompts) enter ``on("throughput")``
 when called from the host. Arrays created under one are uncommitted, so each computation runs where its kind says and
 its inputs follow it.
 
 The **mode** overrides the rule: ``"auto"`` (the rule), ``"cpu"`` (everything on the host) or ``"gpu"`` (everything
-on the accelerator): ``jaxicl reproduce --device``, :func:`use` in the API, or ``$JAXICL_DEVICE``. Where JAX's
+on the accelerator): ``jaxicl reproduce --device``, `use` in the API, or ``$JAXICL_DEVICE``. Where JAX's
 default backend is the CPU, ``auto`` and ``cpu`` change nothing: a CPU-only machine runs as if this module did not
 exist.
 
@@ -48,7 +48,7 @@ def _check_mode(mode: str, where: str) -> str:
 
 
 def mode() -> str:
-    """The placement mode in force: :func:`use`'s, else ``$JAXICL_DEVICE``'s, else ``"auto"``."""
+    """The placement mode in force: `use`'s, else ``$JAXICL_DEVICE``'s, else ``"auto"``."""
     if _mode is not None:
         return _mode
     return _check_mode(os.environ.get(ENV, "").strip() or "auto", f"${ENV}")
@@ -116,7 +116,7 @@ def platform_for(kind: str) -> str:
 
 @contextlib.contextmanager
 def on(kind: str):
-    """Within the block, computations on uncommitted arrays run where ``kind`` work belongs (:func:`device_for`).
+    """Within the block, computations on uncommitted arrays run where ``kind`` work belongs (`device_for`).
     Inside a trace (``jit``, ``vmap``, ``grad``) placement is the caller's: call it from the host."""
     device = device_for(kind)
     platform = (device or jax.devices()[0]).platform
@@ -160,7 +160,7 @@ def placed(kind: str, when=None):
 
 
 def mark() -> int:
-    """A point in the record of placements, for :func:`platforms_since`."""
+    """A point in the record of placements, for `platforms_since`."""
     return len(_placed)
 
 

@@ -1,7 +1,7 @@
 """Where the time goes: compilation versus execution, per stage of a long computation.
 
-JAX reports every tracing, lowering and XLA compilation through :mod:`jax.monitoring` as a time span.
-:class:`CompileMonitor` listens to those spans (once per process) and :class:`StageTimer` splits each stage's
+JAX reports every tracing, lowering and XLA compilation through `jax.monitoring` as a time span.
+`CompileMonitor` listens to those spans (once per process) and `StageTimer` splits each stage's
 wall time into **compile** (the union of those spans, so nested traces are not counted twice) and **run**
 (the rest: execution, host round trips, Python), with the number of XLA programs compiled and how many of
 them came from the persistent compilation cache::
@@ -33,7 +33,7 @@ _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 class CompileMonitor:
     """Process-wide record of compilation spans (wall-clock ``time.time()`` intervals), programs compiled
-    and persistent-cache hits. Use :func:`monitor` to get the one instance."""
+    and persistent-cache hits. Use `monitor` to get the one instance."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -75,7 +75,7 @@ _MONITOR: CompileMonitor | None = None
 
 
 def monitor() -> CompileMonitor:
-    """The process-wide :class:`CompileMonitor` (created, and its listeners registered, on first use)."""
+    """The process-wide `CompileMonitor` (created, and its listeners registered, on first use)."""
     global _MONITOR
     if _MONITOR is None:
         _MONITOR = CompileMonitor()
@@ -86,7 +86,7 @@ def monitor() -> CompileMonitor:
 class Stage:
     """One stage: ``wall`` seconds in all, of which ``compile`` tracing/lowering/compiling ``programs`` XLA
     programs (``cache_hits`` of them read from the persistent cache) and ``run`` the rest; ``device``: the platforms
-    its work was placed on (:mod:`jaxicl.placement`: "cpu", "gpu", "cpu+gpu")."""
+    its work was placed on (`jaxicl.placement`: "cpu", "gpu", "cpu+gpu")."""
 
     label: str
     wall: float
@@ -107,7 +107,7 @@ class Stage:
 
 class StageTimer:
     """``lap(label)`` closes a stage that began at the previous lap (or at creation): records a
-    :class:`Stage` in ``stages`` and prints it when ``progress``."""
+    `Stage` in ``stages`` and prints it when ``progress``."""
 
     def __init__(self, progress: bool = False):
         self.progress = progress

@@ -3,12 +3,12 @@ final loss, the time it takes to reach a loss level) with respect to what set it
 σ, the covariance Λ or its spectrum, the context length N where a closed form makes it continuous, step sizes
 and rates).
 
-The runs are jaxicl's own, all differentiable: :func:`jaxicl.gradient_flow` (diffrax adjoints:
+The runs are jaxicl's own, all differentiable: `jaxicl.gradient_flow` (diffrax adjoints:
 ``adjoint="recursive"`` or ``"backsolve"``; ``"direct"`` for forward mode; ``stop_at_loss=ε`` for a
-differentiable time-to-ε), :func:`jaxicl.gradient_descent` (a ``lax.scan``; ``checkpoints=C`` keeps reverse-mode
+differentiable time-to-ε), `jaxicl.gradient_descent` (a ``lax.scan``; ``checkpoints=C`` keeps reverse-mode
 memory flat in the number of steps; step-size schedules ``step=lambda k: etas[k]``) and
-:func:`jaxicl.optax_train` (``checkpoints=C`` recomputes each step's activations). What cannot be differentiated
-says so: a boolean stop (``stop_when``, ``steady_state_tol``), the host-side loop :func:`jaxicl.train`, an
+`jaxicl.optax_train` (``checkpoints=C`` recomputes each step's activations). What cannot be differentiated
+says so: a boolean stop (``stop_when``, ``steady_state_tol``), the host-side loop `jaxicl.train`, an
 integer step count, an integer-valued argument here.
 
     def final_loss(sigma, Lam):
@@ -73,7 +73,7 @@ def sensitivity(outcome: Callable[..., jax.Array], at: Mapping, *, mode: str = "
 
 def finite_difference(outcome: Callable[..., jax.Array], at: Mapping, *, eps: float = 1e-6) -> dict:
     """Central differences (f(x + h e_i) − f(x − h e_i)) / 2h of ``outcome(**at)`` for every scalar entry of every
-    argument, h = ``eps``·|x_i| (``eps`` where x_i = 0): the check of :func:`sensitivity` (use float64)."""
+    argument, h = ``eps``·|x_i| (``eps`` where x_i = 0): the check of `sensitivity` (use float64)."""
     _validate.real("finite_difference: eps", eps, gt=0)
     args = _real_arguments(at)
     f = jax.jit(lambda kwargs: outcome(**kwargs))  # one compilation for every evaluation

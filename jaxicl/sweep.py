@@ -17,7 +17,7 @@ With ``out=DIR`` every finished chunk is written atomically (``chunk_XXXXX.npz``
 the rest, so an interrupted sweep loses no finished work. A different grid, chunk size, function or
 ``meta`` under the same ``out`` is an error, and so is an unreadable ``config.json``. Each chunk file records the grid
 positions it holds and its sweep's config: one that is unreadable (truncated), of other positions (copied) or of
-another sweep is computed again and rewritten, with a :class:`ResumeWarning` naming it; it is never used.
+another sweep is computed again and rewritten, with a `ResumeWarning` naming it; it is never used.
 
 The grid is checked before any work: axes of finite numbers; and the outputs of all its points must fit in memory,
 checked once the program is compiled, before any chunk runs (each chunk's points are computed when it runs, so the
@@ -84,7 +84,7 @@ def host_memory_bytes() -> int:
 
 
 def _check_fits(what: str, need: int, limit: int | None) -> None:
-    """A :class:`SweepConfigError` if ``need`` bytes exceed ``limit`` (default: half of this machine's memory)."""
+    """A `SweepConfigError` if ``need`` bytes exceed ``limit`` (default: half of this machine's memory)."""
     allowed = "allowed" if limit is not None else "allowed (half of this machine's memory)"
     limit = int(0.5 * host_memory_bytes()) if limit is None else limit
     if need > limit:
@@ -111,7 +111,7 @@ def flatten_grid(grid: Mapping[str, Any], max_bytes: int | None = None
                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(axes, points): each axis's values, and each axis's value at every point of the product
     (C order: the last axis varies fastest). The grid's size is checked before the points are built: they may
-    use at most ``max_bytes`` (default: half of this machine's memory). :func:`sweep` never builds them all: it
+    use at most ``max_bytes`` (default: half of this machine's memory). `sweep` never builds them all: it
     computes each chunk's points when it runs it."""
     axes = _grid_axes(grid)
     n_points = math.prod(v.size for v in axes.values())
@@ -195,7 +195,7 @@ def _save_chunk(path: Path, names: list[str], leaves: list, lo: int, hi: int, di
 def _load_chunk(path: Path, lo: int, hi: int, digest: str, chunk_size: int, like: tuple | None):
     """(names, leaves) of a finished chunk file after checking that it holds grid positions ``[lo, hi)`` of this
     sweep (``digest``), ``chunk_size`` points per output, with the names, shapes and dtypes of the other chunks
-    (``like``); None, with a :class:`ResumeWarning` naming the file and why, if it does not (it is then computed
+    (``like``); None, with a `ResumeWarning` naming the file and why, if it does not (it is then computed
     again and rewritten)."""
     import warnings
 
@@ -348,7 +348,7 @@ def sweep(
         chunk_size: points per compiled call (default: up to 1024), rounded up to a multiple of the device count;
             either way lowered until the compiled program fits in ``memory_budget``.
         out: directory for resumable chunk files (see module docstring).
-        devices: devices of the 1-D mesh (default: where :mod:`jaxicl.placement` puts throughput-bound work, every
+        devices: devices of the 1-D mesh (default: where `jaxicl.placement` puts throughput-bound work, every
             process's accelerators, or the host's CPU devices under ``--device cpu``).
         key: base PRNG key for ``key``-taking run functions (default ``PRNGKey(0)``).
         meta: JSON-serialisable description of anything ``run_fn`` captures (task, dynamics): it is
@@ -356,7 +356,7 @@ def sweep(
         output_dims: variable name → names of its own dimensions (default ``{name}_0``, …).
         output_coords: coordinates for those dimensions.
         progress: tqdm bar over points (default: when stderr is a terminal).
-        memory_budget: bytes per device one compiled chunk may use (default :func:`device_memory_budget`:
+        memory_budget: bytes per device one compiled chunk may use (default `device_memory_budget`:
             3/4 of the device's memory). A chunk whose program needs more (XLA's buffer assignment) is split
             into smaller chunks, which give the same numbers.
     """

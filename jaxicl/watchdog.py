@@ -4,11 +4,11 @@
 jaxlib 0.10's CPU LAPACK kernels split a batch over XLA's intra-op thread pool and block the thread that runs them
 until the pieces finish; run from a pool thread, that can leave every pool thread waiting (benchmarks/README.md,
 "XLA:CPU's deadlock"). A deadlocked process uses (almost) no CPU time, which no jaxicl computation does for minutes.
-``--jobs`` watches each paper's process from its parent (:func:`jaxicl.experiments._run_watched`); this module
+``--jobs`` watches each paper's process from its parent (`jaxicl.experiments._run_watched`); this module
 watches the process it runs in: a daemon thread reads the CPU time of every other thread from ``/proc``, and when
 there has been none for ``stall_seconds`` it prints every thread's Python stack and starts the same command again,
 once (the compilation cache, checkpoints and a sweep's finished chunks make the second start cheap). A second stall
-ends the process with :data:`EXIT_DEADLOCKED` and a message. Linux only (elsewhere: no watchdog)."""
+ends the process with `EXIT_DEADLOCKED` and a message. Linux only (elsewhere: no watchdog)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def process_stopped(pid: int | str = "self") -> bool:
 
 class IdleClock:
     """Seconds a process has been idle, from successive readings of its CPU time: idle while it has used at most
-    :data:`IDLE_CPU_FRACTION` of one CPU, plus one clock tick, since the clock last restarted; a reading above that
+    `IDLE_CPU_FRACTION` of one CPU, plus one clock tick, since the clock last restarted; a reading above that
     restarts it (None readings: never idle).
 
     Time in which the process could not run does not count: a reading taken while it is ``stopped`` (SIGSTOP,
@@ -119,8 +119,8 @@ def restart_this_command(idle_seconds: float) -> None:
 @contextlib.contextmanager
 def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
-    threads have used (almost) no CPU time (:class:`IdleClock`) for ``stall_seconds`` (default
-    :data:`STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z) does not count. Nothing is watched where ``/proc`` is missing. Only for a process
+    threads have used (almost) no CPU time (`IdleClock`) for ``stall_seconds`` (default
+    `STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z) does not count. Nothing is watched where ``/proc`` is missing. Only for a process
     that does its work itself: one that waits on others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
     if not stall > 0:

@@ -6,7 +6,7 @@ program at once on that pool, so two such kernels can each hold a pool thread wh
 thread is left to run: with the default pool of a 2-core machine, the process waits forever (benchmarks/README.md,
 "The deadlock, reproduced on demand"). jaxlib 0.11 no longer splits them, but needs Python >= 3.12.
 
-:func:`after` orders two parts of a program: the arrays it returns are the ones given, but XLA can compute them only
+`after` orders two parts of a program: the arrays it returns are the ones given, but XLA can compute them only
 once its ``deps`` are computed, so a LAPACK call on them cannot overlap a LAPACK call that produced the ``deps``.
 (``lax.optimization_barrier`` does not do this on the CPU: XLA removes the barrier before it schedules the program.)
 """
@@ -62,7 +62,7 @@ def _lapack_work(rest: str) -> float:
 
 def concurrent_lapack_calls(hlo_text: str, min_work: float = 0.0) -> list[tuple[str, str, str]]:
     """Pairs of batched LAPACK calls (or loops and calls that contain one) of at least ``min_work`` (see
-    :func:`_lapack_work`) that neither depends on the other in one computation of an optimised HLO module
+    `_lapack_work`) that neither depends on the other in one computation of an optimised HLO module
     (``jax.jit(f).lower(...).compile().as_text()``): XLA:CPU may run such a pair at once, which deadlocks jaxlib 0.10
     when both split their batch over the pool. Returns (computation, instruction, instruction) triples."""
     computations, current = {}, None

@@ -37,7 +37,7 @@ def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: i
 
     Under ``jit`` this is an ``eqx.error_if``, a host callback: JAX never writes a program holding one to the
     persistent compilation cache. Programs meant to be cached (the reproductions' sweeps) return
-    :func:`first_nonfinite_step` instead and check it on the host."""
+    `first_nonfinite_step` instead and check it on the host."""
     if isinstance(losses, jax.core.Tracer):
         return eqx.error_if(losses, ~jnp.all(_bounded(losses)), f"non-finite {what} during training")
     arr = np.asarray(losses)
@@ -55,7 +55,7 @@ def check_finite_curve(losses, what: str = "loss", first_step: int = 0, every: i
 def first_nonfinite_step(losses, first_step: int = 0) -> Array:
     """``first_step`` + the index of the first entry of ``losses`` (along its leading axis) that is not finite, or
     −1 when all are. Traceable and free of host callbacks: a jitted or swept program returns it, and the host
-    raises naming the step (:func:`raise_if_diverged` for a sweep's outputs)."""
+    raises naming the step (`raise_if_diverged` for a sweep's outputs)."""
     bad = ~_bounded(jnp.asarray(losses)).reshape(losses.shape[0], -1).all(axis=1)
     return jnp.where(bad.any(), first_step + jnp.argmax(bad), -1)
 
@@ -74,7 +74,7 @@ def first_flagged_point(flags):
 
 def raise_if_diverged(steps, what: str = "training loss") -> None:
     """Raise ``FloatingPointError`` naming the grid point and the step, if any entry of ``steps`` (an
-    ``xarray.DataArray`` of :func:`first_nonfinite_step` over a sweep's grid) is not −1: the host-side half of a
+    ``xarray.DataArray`` of `first_nonfinite_step` over a sweep's grid) is not −1: the host-side half of a
     divergence check that keeps the swept program free of host callbacks, so the persistent cache can hold it."""
     found = first_flagged_point(steps >= 0)
     if found is not None:
@@ -193,11 +193,11 @@ def optax_train(
 
     Differentiable end to end (e.g. in the initialisation or the learning rate, with an optimizer built from it
     inside the differentiated function; for Adam pass ``eps_root > 0``, as √v has an infinite derivative where a
-    gradient is exactly zero). ``checkpoints``: as in :func:`gradient_descent` — an int stores that
+    gradient is exactly zero). ``checkpoints``: as in `gradient_descent` — an int stores that
     many (parameters, optimizer state) carries for the backward pass, and each step's activations are
     recomputed (``jax.checkpoint``), so memory does not grow with ``n_steps``. ``check_finite``: as in
-    :func:`gradient_descent` (``False`` inside programs meant for the persistent cache: check
-    :func:`first_nonfinite_step` of the curve on the host instead).
+    `gradient_descent` (``False`` inside programs meant for the persistent cache: check
+    `first_nonfinite_step` of the curve on the host instead).
 
     Example (fresh prompts every step)::
 

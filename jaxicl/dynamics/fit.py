@@ -3,10 +3,10 @@
 Each runs as one ``lax.scan`` over iterations, records the loss (and optionally any function of
 the parameters) at every iteration, and can be ``vmap``ped over seeds:
 
-- :func:`lbfgs` — optax's L-BFGS with its zoom line search;
-- :func:`levenberg_marquardt` — Gauss–Newton with Marquardt's damping on per-prompt residuals
+- `lbfgs` — optax's L-BFGS with its zoom line search;
+- `levenberg_marquardt` — Gauss–Newton with Marquardt's damping on per-prompt residuals
   (½‖r‖² = loss), the Jacobian by forward mode;
-- :func:`optax_fit` — any optax optimizer (e.g. Adam) on the full training set.
+- `optax_fit` — any optax optimizer (e.g. Adam) on the full training set.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def lbfgs(
     record: Callable[[PyTree], Any] | None = None,
     ftol: float | None = None,
 ) -> FitResult:
-    """L-BFGS (optax, zoom line search) for ``n_steps`` iterations, or fewer with ``ftol`` (see :func:`optax_fit`)."""
+    """L-BFGS (optax, zoom line search) for ``n_steps`` iterations, or fewer with ``ftol`` (see `optax_fit`)."""
     return optax_fit(loss_fn, params, optax.lbfgs(memory_size=memory_size), n_steps, record=record, linesearch=True,
                      ftol=ftol)
 

@@ -55,7 +55,7 @@ class FlowSolution(eqx.Module):
         solver_failed: True when the solver stopped before t1 for another reason (``result`` says which).
         result: diffrax's result code.
 
-    ``gradient_flow`` raises on the last three unless called with ``check=False``; :func:`check_flow` raises later.
+    ``gradient_flow`` raises on the last three unless called with ``check=False``; `check_flow` raises later.
     """
 
     ts: Float[Array, " T"]
@@ -133,10 +133,10 @@ def gradient_flow(
 
         check: raise if the flow diverges or the solver fails (default). Under ``jit`` that is an ``eqx.error_if``,
             a host callback, and JAX never writes a program holding one to the persistent compilation cache:
-            programs meant to be cached (sweeps) pass ``False`` and call :func:`check_flow` on the result.
+            programs meant to be cached (sweeps) pass ``False`` and call `check_flow` on the result.
 
     Returns:
-        :class:`FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
+        `FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
         flow diverges (outside ``jit``; inside ``jit`` an ``eqx.error_if`` runtime error).
     """
     if (isinstance(t1, (jax.core.Tracer, bool, str)) or not isinstance(t1, (int, float, np.number, np.ndarray, jax.Array))
@@ -285,7 +285,7 @@ def _check_save_times(ts: np.ndarray, t1: float) -> None:
 
 @contextlib.contextmanager
 def _diffrax_save_time_checks_off():
-    """Trace ``diffeqsolve`` without its checks of ``saveat.ts`` (``equinox.internal.error_if``; :func:`gradient_flow`
+    """Trace ``diffeqsolve`` without its checks of ``saveat.ts`` (``equinox.internal.error_if``; `gradient_flow`
     made the same checks on the host already). In a compiled program such a check is a host callback, and JAX never
     writes a program holding one to the persistent compilation cache: every flow would compile afresh in every
     process. Only ``equinox.internal.error_if`` (diffrax's input checks) is replaced, not ``equinox.error_if``, so

@@ -40,7 +40,7 @@ _MAGIC = "jaxicl-checkpoint-v1"
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
-    """One training run as :func:`planning` measured it: ``members`` models (an ensemble) of which ``steps_left`` of
+    """One training run as `planning` measured it: ``members`` models (an ensemble) of which ``steps_left`` of
     ``n_steps`` steps remain (a checkpoint may hold the rest), at ``seconds_per_step`` (one step of every member,
     compilation excluded, measured on ``platform``)."""
 
@@ -61,8 +61,8 @@ _PLANNED: list | None = None  # the runs measured under `planning()`; None: trai
 
 @contextlib.contextmanager
 def planning(steps: int = 4):
-    """Within this context :func:`train` measures instead of training: it compiles a chunk of ``steps`` steps, runs
-    it twice (the second run is timed), records a :class:`PlannedRun` in the list this yields and returns the model
+    """Within this context `train` measures instead of training: it compiles a chunk of ``steps`` steps, runs
+    it twice (the second run is timed), records a `PlannedRun` in the list this yields and returns the model
     after those 2 × ``steps`` steps as a partial result (no checkpoint is written or read beyond the existing one's
     step). ``jaxicl reproduce --plan`` uses it to print each figure's ETA before a long run."""
     global _PLANNED
@@ -166,10 +166,10 @@ class CheckpointError(ValueError):
 
 
 def load_checkpoint(path, params, opt_state, fingerprint, key=None):
-    """(params, opt_state, step, key, losses, evals); :class:`CheckpointError` naming the file if it was written by
+    """(params, opt_state, step, key, losses, evals); `CheckpointError` naming the file if it was written by
     another configuration (or, with ``key``, from another PRNG key: another seed), or is unreadable or truncated (its
     loss history must hold ``step`` losses and its parameters the run's shapes). Never used silently.
-    :func:`checkpoint_header` reads the rest of the header (e.g. ``seconds_per_step``)."""
+    `checkpoint_header` reads the rest of the header (e.g. ``seconds_per_step``)."""
     def refuse(why: str):
         raise CheckpointError(f"checkpoint {path} {why}. Delete it to train this run from the start, or use another "
                               "checkpoint path.")
@@ -238,13 +238,13 @@ def steps_from(start: int, n: int) -> Array:
 
 def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None,
                  ensemble: bool = False, member_data: PyTree = None):
-    """The compiled body of :func:`train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
+    """The compiled body of `train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
     losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
     step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves.
     With ``ensemble``, params, optimizer state and key have a leading member axis and the step (loss, gradient and
     optimizer update) is ``vmap``-ped over it: member i is exactly a one-model run with key ``key[i]``, and with
     ``member_data`` (leading member axis) its loss is ``loss_fn(model, key, step, member_data[i])``.
-    Compiled with :data:`TRAINING_COMPILER_OPTIONS`."""
+    Compiled with `TRAINING_COMPILER_OPTIONS`."""
 
     def loss_of(p, k, s, data):
         m = eqx.combine(p, static)
@@ -273,7 +273,7 @@ def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformatio
 
 def stack_members(models: list[PyTree]) -> PyTree:
     """One pytree whose array leaves stack ``models`` (all of one structure and shape) on a new leading axis: the
-    ensemble :func:`train` takes with ``ensemble=True``. :func:`member` takes one back out."""
+    ensemble `train` takes with ``ensemble=True``. `member` takes one back out."""
     if not models:
         raise ValueError("stack_members: no models to stack.")
     arrays = [eqx.filter(m, eqx.is_array) for m in models]
@@ -295,7 +295,7 @@ def member(ensemble: PyTree, i: int) -> PyTree:
 def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None,
                             chunk: int = 2, compute_dtype=None, memory_budget: int | None = None,
                             max_members: int = 1024) -> tuple[int, int, int]:
-    """The largest K ≤ ``max_members`` for which :func:`train`'s chunk program of K copies of ``model`` (one model,
+    """The largest K ≤ ``max_members`` for which `train`'s chunk program of K copies of ``model`` (one model,
     not a stack) fits in ``memory_budget`` bytes (default ``jaxicl.sweep.device_memory_budget()``: 75 % of the
     device's memory), from the compiled programs' own memory (``memory_analysis``) at K = 1 and 2, as the sweeps
     size their chunks. Nothing is run. Returns (K, bytes at K = 1, bytes per further member); K = 1 when the backend
@@ -345,7 +345,7 @@ def _ensemble_size(params: PyTree, static: PyTree, key, member_data: PyTree = No
 
 def step_seconds(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None, chunk: int = 20,
                  repeats: int = 3, compute_dtype=None, key: PRNGKeyArray | None = None, ensemble: bool = False) -> float:
-    """Seconds per training step of :func:`train` on this loss and model (with ``ensemble``, one step of every member
+    """Seconds per training step of `train` on this loss and model (with ``ensemble``, one step of every member
     together): the median over ``repeats`` runs of a compiled chunk of ``chunk`` steps, after a first run that
     compiles it. The model is not updated."""
     if int(chunk) < 1 or int(repeats) < 1:
@@ -418,17 +418,17 @@ def train(
             resumed run counts its checkpoint's steps at the step time stored there until it has measured its own.
         label: name of the run in progress messages.
         ensemble: train K models of one shape as one vmapped program (a GPU runs K small models in about the time of
-            one). ``model`` is their stack (:func:`stack_members`), ``loss_fn`` the loss of *one* model and ``key``
+            one). ``model`` is their stack (`stack_members`), ``loss_fn`` the loss of *one* model and ``key``
             K keys (``jax.random.split(key, K)``). Each member has its own data stream (``fold_in(key[i], step)``)
             and its own optimizer state, whatever the optimizer (its update is vmapped too, so even a global-norm
             clip stays per member): member i follows the one-model run with ``key[i]`` to float rounding. The
-            losses have a member axis; :func:`member` takes one model out of the result.
+            losses have a member axis; `member` takes one model out of the result.
         member_data: with ``ensemble``, what distinguishes the members' problems (e.g. their tasks, stacked with
             ``eqx.filter_vmap``; leading member axis): member i's loss is ``loss_fn(model, key, step, member_data[i])``.
 
     With ``progress``, the seconds per step and the estimated time to finish are printed before training when the
     checkpoint has them (a resumed slice), else after the first chunk (its compilation excluded). ``train`` runs on the host between compiled chunks (progress,
-    checkpoints), so it cannot be differentiated: use :func:`jaxicl.optax_train` inside ``jax.grad``.
+    checkpoints), so it cannot be differentiated: use `jaxicl.optax_train` inside ``jax.grad``.
 
     A non-finite loss raises ``FloatingPointError`` naming the step; the last checkpoint is left intact.
     """
@@ -533,7 +533,7 @@ def train(
 
 def _plan_run(run_chunk, params, opt_state, static, key, step: int, n_steps: int, losses: list, ensemble: bool,
               label: str | None, eval_fn=None) -> TrainResult:
-    """:func:`train` under :func:`planning`: two chunks of the planned length (the second timed), recorded."""
+    """`train` under `planning`: two chunks of the planned length (the second timed), recorded."""
     n = max(1, min(_PLANNED_STEPS[0], (n_steps - step) // 2))
     times, done = [], step
     for _ in range(2 if n_steps - step >= 2 else 1 if n_steps > step else 0):

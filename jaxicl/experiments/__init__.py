@@ -42,13 +42,13 @@ def available() -> list[str]:
 
 
 def _seconds(job: str) -> float:
-    """A job's quick wall time (:data:`QUICK_SECONDS`); a paper's is the sum of its parts'."""
+    """A job's quick wall time (`QUICK_SECONDS`); a paper's is the sum of its parts'."""
     return QUICK_SECONDS.get(job, sum(v for k, v in QUICK_SECONDS.items() if k.startswith(f"{job}/")))
 
 
 def longest_first(jobs: list[str]) -> list[str]:
     """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first
-    (:data:`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end about a
+    (`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end about a
     minute apart (estimated 837 s and 770 s), the shortest job last; `make reproduce` runs three, whose third
     process keeps the idle core busy for part of it (benchmarks/README.md)."""
     return sorted(jobs, key=lambda n: -_seconds(n))
@@ -69,7 +69,7 @@ def _modules(names: list[str], transformers: bool = True) -> dict:
 
 def effective_settings(modules: dict, size: str, overrides: dict | None, transformers: bool = True) -> dict:
     """name -> the paper's ``Config`` at ``size`` with its ``overrides`` (name -> {setting: value}) applied and
-    checked (:class:`~jaxicl.experiments.settings.SettingsError` naming the setting), for every paper in
+    checked (`SettingsError` naming the setting), for every paper in
     ``modules``; None for a paper without overrides (it runs at ``size``). Checked before any work. Without
     ``transformers``, a paper's ``TRANSFORMER_SETTINGS`` (the nested config of its transformers) are off: setting
     one is an error."""
@@ -98,7 +98,7 @@ def _run_with_settings(module, size: str, config, call):
 
 def _jobs(modules: dict) -> list[tuple[str, str | None]]:
     """The processes of a ``--jobs`` run: (paper, part) for each part of a paper with ``PARTS`` (independent pieces
-    of work: :class:`PartResult`), else (paper, None)."""
+    of work: `PartResult`), else (paper, None)."""
     return [(name, part) for name, m in modules.items() for part in (getattr(m, "PARTS", None) or (None,))]
 
 
@@ -107,7 +107,7 @@ def _job_name(name: str, part: str | None) -> str:
 
 
 def runs_in_processes(names: list[str], jobs: int, transformers: bool = True) -> bool:
-    """Whether :func:`reproduce` runs these papers in processes of their own, one per paper or part of a paper
+    """Whether `reproduce` runs these papers in processes of their own, one per paper or part of a paper
     (``jobs`` > 1 and more than one of those to run), rather than in the calling process."""
     return jobs > 1 and len(_jobs(_modules(names, transformers))) > 1
 
@@ -150,11 +150,11 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     resumes. Figures from unfinished models are drawn and marked "partial" (``PaperResult.partial``).
     ``transformers=False`` leaves out every figure that trains softmax transformers (and papers made only of them).
     ``jobs`` > 1 runs up to that many papers at once, each in its own ``jaxicl reproduce NAME`` process (see
-    :func:`_run_in_processes`); the results and the report are those of a sequential run, in the order given.
+    `_run_in_processes`); the results and the report are those of a sequential run, in the order given.
     ``write_report=False`` leaves ``out/report.md`` alone (the per-paper processes of ``jobs`` > 1).
-    ``overrides``: paper -> {setting: value} (:mod:`jaxicl.experiments.settings`), checked before any work; the
+    ``overrides``: paper -> {setting: value} (`jaxicl.experiments.settings`), checked before any work; the
     report names the settings that differ from ``size``'s.
-    ``plan``: every training run measures its step time on a few steps (:func:`jaxicl.dynamics.planning`) instead of
+    ``plan``: every training run measures its step time on a few steps (`jaxicl.dynamics.planning`) instead of
     training, and each paper's notes get the plan (models × steps, step time, time left, ``--budget`` slices); one
     process (``jobs`` is ignored), so that the step times are measured alone."""
     names = list(names) if names else available()
@@ -208,7 +208,7 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
                    device: str | None = None, overrides: dict | None = None) -> list[str]:
     """``jaxicl reproduce NAME`` (``--part PART``: that part of it) as a process that pickles its result to
     ``result_file`` and writes no report.md, with this process's size, output directory, budget end and compilation
-    cache, and XLA:CPU's thread pool sized to ``threads`` (:func:`jaxicl.cli.size_cpu_thread_pool`; None: XLA's
+    cache, and XLA:CPU's thread pool sized to ``threads`` (`jaxicl.cli.size_cpu_thread_pool`; None: XLA's
     default)."""
     import jax
 
@@ -235,14 +235,14 @@ def cpu_threads_per_process(jobs: int) -> int | None:
 
 
 def child_environment() -> dict[str, str]:
-    """The environment of a ``--jobs`` process: this one's, with Python's faulthandler on (:func:`_run_watched`) and,
+    """The environment of a ``--jobs`` process: this one's, with Python's faulthandler on (`_run_watched`) and,
     unless the user set it, JAX's GPU memory allocated as needed instead of 75 % of the device preallocated by each
     process, which would leave the second process sharing a GPU out of memory."""
     return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
 
 
 def _run_watched(cmd: list[str], name: str) -> int | None:
-    """Run ``cmd``; its exit status, or None if it used no CPU time for :data:`STALL_SECONDS` (Linux; time in which it
+    """Run ``cmd``; its exit status, or None if it used no CPU time for `STALL_SECONDS` (Linux; time in which it
     or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
     import signal
     import subprocess
@@ -268,7 +268,7 @@ class AcceleratorOwner:
     ``--device``. Where an accelerator may be present and the mode is ``auto``, the first process to start while
     none holds it gets ``auto`` (the accelerator, for its throughput-bound work) and the others ``cpu`` (JAX kept off
     the accelerator), so processes never time-slice it; the next to start after the owner ends takes it. Under
-    ``--device cpu`` or ``gpu`` every process gets that mode; on a CPU-only machine (:func:`jaxicl.cli.cpu_only`,
+    ``--device cpu`` or ``gpu`` every process gets that mode; on a CPU-only machine (`jaxicl.cli.cpu_only`,
     decided without starting a backend in this process) no process is given a flag: each runs as it always has."""
 
     def __init__(self, mode: str | None = None, accelerator_present: bool | None = None):
@@ -297,16 +297,16 @@ class AcceleratorOwner:
 
 def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
                       transformers: bool, jobs: int, overrides: dict | None = None) -> list[PaperResult]:
-    """Each paper in its own process, or each part of a paper with ``PARTS`` (:func:`reproduce_part`; the paper is
+    """Each paper in its own process, or each part of a paper with ``PARTS`` (`reproduce_part`; the paper is
     assembled here once all its parts are done), up to ``jobs`` at once, all sharing the persistent compilation cache.
 
     Several processes use a machine better than one: XLA compiles on one thread, and the reproductions' many small
     programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
     names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
     whole call's wall clock: a process that starts later gets what is left of it. Processes start longest first
-    (:func:`longest_first`), so the machine is not left to one long job at the end. Each starts XLA:CPU with its
-    share of the cores as intra-op threads (:func:`cpu_threads_per_process`). A process that uses no CPU time for
-    :data:`STALL_SECONDS` has deadlocked (:func:`_run_watched`): its Python stacks are printed and it is started
+    (`longest_first`), so the machine is not left to one long job at the end. Each starts XLA:CPU with its
+    share of the cores as intra-op threads (`cpu_threads_per_process`). A process that uses no CPU time for
+    `STALL_SECONDS` has deadlocked (`_run_watched`): its Python stacks are printed and it is started
     once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError``
     naming the paper (and part) once the others have finished."""
     import pickle

@@ -174,7 +174,7 @@ def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_
 
 
 def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=None, restarts: int = 1):
-    """The compiled program behind :func:`train_seeds`: keys -> per-seed results (``jit`` of a ``vmap``)."""
+    """The compiled program behind `train_seeds`: keys -> per-seed results (``jit`` of a ``vmap``)."""
     n_steps = _steps(cfg, method)
     stride = _stride(n_steps)
 
@@ -472,7 +472,7 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
     The seeds stay an inner ``vmap`` rather than a sweep axis: XLA:CPU (jax 0.10.2) deadlocked, all threads
     idle, on this program with (case, seed) flattened into one batch axis (same numbers as one
     ``jit(vmap(vmap(...)))``). The cause, found later: the fits' batched LU solves and the OLS baseline's batched
-    SVD could run at once, and jaxlib 0.10's LAPACK kernels deadlock on two such calls; :func:`_sweep_point` now
+    SVD could run at once, and jaxlib 0.10's LAPACK kernels deadlock on two such calls; `_sweep_point` now
     orders them (``xla_cpu.after``)."""
     keys = jax.random.split(key, cfg.sweep_seeds)  # seed s uses the same Σ and data at every (n, L)
     n_max, max_depth = max(cfg.n, *cfg.contexts), max(cfg.n_layers, *cfg.depths)

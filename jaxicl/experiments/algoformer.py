@@ -8,13 +8,13 @@
 - Fig. 5: the AlgoFormer against k steps of gradient descent and of Newton's method (eq. 4) on noisy
   linear regression, σ ∈ {0, 0.1, 1}, as a function of the iteration (loop) count.
 
-Every model is trained by :func:`jaxicl.dynamics.train` (AdamW) with a checkpoint under
+Every model is trained by `jaxicl.dynamics.train` (AdamW) with a checkpoint under
 ``out/algoformer/checkpoints``: an interrupted reproduction picks up where it stopped. Fig. 5's models (one per
 noise level, one shape) train as one vmapped ensemble; Fig. 3's (T, ΔT) settings train one by one (each computes
 only the loop counts its loss weighs), and its (T, ΔT) = cfg.loops is Fig. 2's regression AlgoFormer.
 
-The work comes in :data:`PARTS` (Fig. 2 task by task, with Fig. 3 beside the regression task, and Fig. 5), which
-:func:`run_parts` computes and :func:`assemble` turns into checks, figures and data files; ``jaxicl reproduce --jobs``
+The work comes in `PARTS` (Fig. 2 task by task, with Fig. 3 beside the regression task, and Fig. 5), which
+`run_parts` computes and `assemble` turns into checks, figures and data files; ``jaxicl reproduce --jobs``
 runs each part in a process of its own, so that this paper, two thirds of a quick run's training, is spread over
 the cores.
 
@@ -166,7 +166,7 @@ def _zero_error(prompts):
 
 def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None,
          only: tuple | None = None) -> tuple[xr.Dataset, dict, dict]:
-    """Every model on every task of :func:`fig2_tasks` (or on those named in ``only``; each task's models and test
+    """Every model on every task of `fig2_tasks` (or on those named in ``only``; each task's models and test
     prompts are the same either way): (the curves, the tasks, each (task, model kind)'s training result)."""
     ts = fig2_tasks(cfg, jax.random.fold_in(key, 0))
     if only is not None and set(only) - set(ts):
@@ -224,7 +224,7 @@ def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool =
          budget: TimeBudget | None = None) -> xr.Dataset:
     """AlgoFormers trained with each (T, ΔT) of cfg.fig3_loops on Fig. 2's regression-with-representation task
     (``task``), evaluated at 1…cfg.eval_loops loops. The setting Fig. 2 trained (cfg.loops) is Fig. 2's model
-    (``trained``: :func:`fig2`'s results); each other one trains alone, so its loss computes only the loop
+    (``trained``: `fig2`'s results); each other one trains alone, so its loss computes only the loop
     counts eq. (6) weighs (T − ΔT … T), not a padded T_max."""
     runs, members, speed = [], [], {}
     own = _fig3_to_train(cfg)
@@ -289,7 +289,7 @@ def trained_as_paper(cfg: Config) -> bool:
 
 
 def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
-    """Fig. 2's rows for each task of ``task_names`` (:func:`_checks`)."""
+    """Fig. 2's rows for each task of ``task_names`` (`_checks`)."""
     asserted, why = trained_as_paper(cfg), f"{cfg.steps:,} training steps (paper: 500,000)"
     checks = []
     for t in task_names:
@@ -316,7 +316,7 @@ def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
 def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
     """Every claim of Figs. 2, 3 and 5. The paper's orderings of the architectures (AlgoFormer below the standard
     and the looped transformer; larger ΔT more stable; AlgoFormer below GD and Newton in the first iterations) are
-    asserted when the models train as the paper trains (:func:`trained_as_paper`), elsewhere "not reproduced" where
+    asserted when the models train as the paper trains (`trained_as_paper`), elsewhere "not reproduced" where
     they fail. The errors are read per position relative to the zero estimator's at that position, so that a
     sequence whose scale grows along the prompt (the AR task) does not hide what the model learns."""
     checks = fig2_checks(cfg, ds2, ("regression", "ar", "cot"))
@@ -410,7 +410,7 @@ def _mark_partial_checks(checks, ds2, ds3, ds5):
 
 
 # Independent parts of the work, each trained and evaluated by a process of its own under `jaxicl reproduce --jobs`
-# (:func:`run_parts`; finer than the whole paper, so that the processes end together: benchmarks/README.md): Fig. 2
+# (`run_parts`; finer than the whole paper, so that the processes end together: benchmarks/README.md): Fig. 2
 # one task at a time, the regression task with Fig. 3 (whose (T, ΔT) = cfg.loops is its AlgoFormer), and Fig. 5.
 PARTS = ("regression", "ar", "cot", "fig5")
 
@@ -422,8 +422,8 @@ def _part_runs(cfg: Config, part: str) -> int:
 
 def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
               budget: TimeBudget | None = None, config: Config | None = None) -> list[PartResult]:
-    """Train and evaluate ``parts`` (of :data:`PARTS`) in turn, each model checkpointed under
-    ``out/algoformer/checkpoints``; their datasets go to :func:`assemble`. Under a ``budget`` every run of these
+    """Train and evaluate ``parts`` (of `PARTS`) in turn, each model checkpointed under
+    ``out/algoformer/checkpoints``; their datasets go to `assemble`. Under a ``budget`` every run of these
     parts gets its share."""
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -452,7 +452,7 @@ def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), pro
 
 def assemble(size: str, out: Path, parts: list[PartResult], config: Config | None = None) -> PaperResult:
     """The paper's checks, figures and data files (``out/algoformer/fig{2,3,5}.nc``) from the results of all
-    :data:`PARTS`, in any order: Fig. 2's dataset joins its tasks'."""
+    `PARTS`, in any order: Fig. 2's dataset joins its tasks'."""
     t0 = time.perf_counter()
     cfg = config or SIZES[size]
     out = Path(out)
@@ -490,5 +490,5 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
 
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
         budget: TimeBudget | None = None, config: Config | None = None) -> PaperResult:
-    """Every part (:func:`run_parts`), then :func:`assemble`; at ``size``, or at the settings ``config``."""
+    """Every part (`run_parts`), then `assemble`; at ``size``, or at the settings ``config``."""
     return assemble(size, out, run_parts(PARTS, size, out, progress, budget, config), config)

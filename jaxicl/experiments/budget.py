@@ -16,7 +16,7 @@ from .report import Check
 
 class TimeBudget:
     """``seconds`` of wall clock from creation, shared by the training runs under it. A reproduction announces its
-    runs (:meth:`plan`) and asks for each one's :meth:`next_deadline`: an equal share of what is left among the runs
+    runs (`plan`) and asks for each one's `next_deadline`: an equal share of what is left among the runs
     still to come (itself included), so time a run does not use (it finishes early, or had finished already) goes
     to the ones after it."""
 
@@ -59,7 +59,7 @@ def partial_status(results) -> str | None:
 
 def least_complete(statuses) -> str:
     """Of figure statuses ("complete" or "partial, step s of S"), the least advanced: "complete" if all are (a
-    figure whose datasets come from several parts, each with its own :func:`partial_status`)."""
+    figure whose datasets come from several parts, each with its own `partial_status`)."""
     import re
 
     def done(status: str) -> float:
@@ -79,7 +79,7 @@ def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
 
 
 def plan_markdown(runs, budget_minutes: float | None = None) -> str:
-    """The training plan of ``jaxicl reproduce --plan`` as a markdown table: per run (:class:`jaxicl.dynamics.PlannedRun`)
+    """The training plan of ``jaxicl reproduce --plan`` as a markdown table: per run (`jaxicl.dynamics.PlannedRun`)
     its models × steps, the measured step time, the time left and, with a ``--budget``, the slices it would take
     (each call of ``--budget M`` minutes gives every run still unfinished an equal share; the whole takes
     ⌈Σ time left / M⌉ calls when the papers' shares are used up in full)."""

@@ -134,7 +134,7 @@ def train_gaussian_x(key, cfg: Config, prior, looped, depth, max_depth: int):
     """Adam on fresh Gaussian-X prompts (cosine-decayed learning rate); returns (A, training curve).
 
     The curve is not checked here (an ``eqx.error_if`` would keep the sweep out of the persistent compilation
-    cache): the sweeps return its :func:`~jaxicl.dynamics.first_nonfinite_step` and the host raises on it."""
+    cache): the sweeps return its `first_nonfinite_step` and the host raises on it."""
     k_init, k_train = jax.random.split(key)
     task = gaussian_x_task(cfg, prior)
     A0 = cfg.init_scale * jax.random.normal(k_init, (max_depth, cfg.d, cfg.d))

@@ -56,7 +56,7 @@ class LSAFlowPoint:
 
 
 def raise_if_any_flow_failed(ds) -> None:
-    """The host half of the flows' check, for a dataset of :class:`LSAFlowPoint` outputs: ``FloatingPointError``
+    """The host half of the flows' check, for a dataset of `LSAFlowPoint` outputs: ``FloatingPointError``
     naming the first grid point whose flow diverged, ``RuntimeError`` for one whose solver stopped before t1.
     (Checked inside the program, the check would be a host callback, and JAX does not cache such programs.)"""
     failures = (("flow_diverged", FloatingPointError, "diverged (non-finite or exploding loss, parameters or gradient)"),

@@ -21,7 +21,7 @@ VERDICTS = ("pass", "FAIL", "not reproduced", "not applicable", "reported")
 class Check:
     """One row of a reproduction's table: a claim of a paper compared with simulation, or a measurement.
 
-    Its :attr:`verdict` is one of :data:`VERDICTS`:
+    Its `verdict` is one of `VERDICTS`:
 
     - ``passed`` True: **pass**; False and ``asserted``: **FAIL** (the reproduction fails);
     - ``passed`` False and not ``asserted``: **not reproduced**: a claim of the paper that this run contradicts,
@@ -94,7 +94,7 @@ def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, hold
 
 
 def count_verdicts(checks) -> dict[str, int]:
-    """How many checks have each verdict (every one of :data:`VERDICTS`, zeros included)."""
+    """How many checks have each verdict (every one of `VERDICTS`, zeros included)."""
     counts = dict.fromkeys(VERDICTS, 0)
     for c in checks:
         counts[c.verdict] += 1
@@ -120,7 +120,7 @@ def powered_mean_and_se(draw, key, pred, n_se: float = 3.0, power: float = 0.95,
                         max_blocks: int = 64) -> tuple[float, float]:
     """Mean and standard error of per-sample values ``draw(key)`` (a 1-D array of a fixed size: one block), drawn
     block after block until a comparison with ``pred`` at ``n_se`` standard errors would fail a relative ``error``
-    with probability ``power`` (:func:`mc_power`): the first block (``key`` itself) estimates the spread, and
+    with probability ``power`` (`mc_power`): the first block (``key`` itself) estimates the spread, and
     ⌈(se / se_needed)²⌉ blocks in all (keys ``fold_in(key, i)``, at most ``max_blocks``) reach the needed se. Every
     block has the same shape, so one compiled program draws them all."""
     import jax
@@ -139,7 +139,7 @@ def mc_check(claim: str, pred, sim, se, n_se: float = 3.0, min_power: float = 0.
     """A Monte-Carlo estimate ``sim ± se`` (scalars or arrays) against an exact ``pred``, at ``n_se`` standard errors
     (up to ``max_excursions`` points beyond them, for many points). It passes only if the comparison has the power
     to see a relative ``error`` of 5 %: at least ``min_power`` probability of failing, at every point, had the
-    simulation been off by that much (:func:`mc_power`). The tolerance column states that power."""
+    simulation been off by that much (`mc_power`). The tolerance column states that power."""
     pred, sim, se = (np.asarray(a, float) for a in (pred, sim, se))
     z = np.abs(sim - pred) / se
     power = float(np.min(mc_power(pred, se, n_se, error)))
@@ -203,7 +203,7 @@ _SETTINGS: list[str] = []  # the JSON of the effective settings of the reproduct
 
 @contextlib.contextmanager
 def recording(settings: dict):
-    """Within the block, every dataset :func:`save_dataset` writes carries ``settings`` (a reproduction's effective
+    """Within the block, every dataset `save_dataset` writes carries ``settings`` (a reproduction's effective
     settings, setting -> value) in its ``jaxicl_settings`` attribute, as JSON."""
     _SETTINGS.append(json.dumps(settings, default=str))
     try:
@@ -214,7 +214,7 @@ def recording(settings: dict):
 
 def save_dataset(ds, path: Path) -> None:
     """Write an ``xarray.Dataset`` as netCDF, atomically, with the effective settings of the reproduction running
-    (:func:`recording`) in its attributes."""
+    (`recording`) in its attributes."""
     if _SETTINGS:
         ds = ds.assign_attrs(jaxicl_settings=_SETTINGS[-1])
     with atomic_output(path, ".nc") as tmp:
@@ -274,7 +274,7 @@ def render_markdown(results: list[PaperResult]) -> str:
 
 
 def timing_table(stages: list[Stage]) -> list[str]:
-    """Markdown rows: per stage, the device it ran on (:mod:`jaxicl.placement`), wall time, compile time (tracing,
+    """Markdown rows: per stage, the device it ran on (`jaxicl.placement`), wall time, compile time (tracing,
     lowering, XLA), run time and programs."""
     lines = ["Where the time went (compile: tracing, lowering and XLA compilation; run: the rest):", "",
              "| stage | device | wall (s) | compile (s) | run (s) | XLA programs | from cache |",

@@ -11,7 +11,7 @@ at that size:
 - a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text.
 
 The effective settings, and those that differ from the paper's size, are recorded in the report
-(:attr:`PaperResult.settings <jaxicl.experiments.report.PaperResult>`); training checkpoints refuse to resume under
+(`PaperResult.settings <jaxicl.experiments.report.PaperResult>`); training checkpoints refuse to resume under
 changed settings that would make them wrong (their ``config`` fingerprint names the changed key).
 """
 
@@ -162,7 +162,7 @@ def _value(key: str, value, like):
 
 
 def apply(cfg, overrides: dict[str, Any]):
-    """``cfg`` with ``overrides`` (dotted keys -> values) applied and checked (:class:`SettingsError` naming the key)."""
+    """``cfg`` with ``overrides`` (dotted keys -> values) applied and checked (`SettingsError` naming the key)."""
     fields = flat(cfg)
     nested = {f.name for f in dataclasses.fields(cfg)}
     changes: dict[str, dict[str, Any]] = {}
@@ -189,7 +189,7 @@ def differences(cfg, reference) -> dict[str, tuple[Any, Any]]:
 
 
 def toml_value(value) -> str:
-    """``value`` written as a TOML value (what :func:`parse_assignment` reads back)."""
+    """``value`` written as a TOML value (what `parse_assignment` reads back)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (tuple, list)):

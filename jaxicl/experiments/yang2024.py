@@ -44,7 +44,7 @@ class TransformerConfig:
     """Figs. 2(b) and 5 (§4): a ``n_layers``-layer transformer (GPT-2 blocks: pre-LN, causal softmax attention,
     GELU MLP of width ``d_ff``) reads the prompt as tokens (v_k, y_k) / (v_k, 0) and predicts all K labels;
     Adam on fresh batches of prompts (an unbiased estimate of the population loss (9)). Fig. 2(b) is the
-    ``heads`` run; Fig. 5 compares every H of ``fig5_heads`` at the same compute budget (:func:`step_flops`)."""
+    ``heads`` run; Fig. 5 compares every H of ``fig5_heads`` at the same compute budget (`step_flops`)."""
 
     d: int = 16
     K: int = 40
@@ -367,7 +367,7 @@ def fig4_widths(heads, H_max: int) -> dict:
 
 
 def fig4_sweep(cfg: Config, task64, key, out=None, progress: bool = False) -> xr.Dataset:
-    """Every H of cfg.fig4_heads, H a traced integer: heads padded to the next power of two (:func:`fig4_widths`)
+    """Every H of cfg.fig4_heads, H a traced integer: heads padded to the next power of two (`fig4_widths`)
     and masked, one compiled program per padded width. Each H's initial Q is the first H of one draw of max(H)
     heads, so the runs are those of padding every H to max(H) (as the paper's models differ only in H), without the
     cost (the quick sweep's run: 32 s padded to 400 heads, 7 s so). Same (η_Q, η_w) for every H; a diverging run
@@ -454,7 +454,7 @@ def step_flops(tc: TransformerConfig, heads: int) -> float:
 
 
 def budget_steps(tc: TransformerConfig, heads) -> dict:
-    """Fig. 5's fixed compute budget, ``tc.steps`` steps of the cheapest H (:func:`step_flops`): the steps each H
+    """Fig. 5's fixed compute budget, ``tc.steps`` steps of the cheapest H (`step_flops`): the steps each H
     of ``heads`` completes in it."""
     budget = tc.steps * min(step_flops(tc, h) for h in heads)
     return {int(h): int(budget // step_flops(tc, h)) for h in heads}
@@ -467,7 +467,7 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
     seconds per step of its training (compilation excluded; stored in the checkpoint, so a resumed run has it too).
 
     Fig. 2(b)'s H trains all ``tc.steps``; every other H trains the steps Fig. 5 reads, those it completes in the
-    fixed compute budget (:func:`budget_steps`): the paper trains each H for the same time, not the same steps, and
+    fixed compute budget (`budget_steps`): the paper trains each H for the same time, not the same steps, and
     a budget in operations makes that the same on every machine. Steps it did not train are NaN in ``loss``;
     ``steps_trained`` says how many it did."""
     heads = sorted(set(tc.fig5_heads) | {tc.heads})
@@ -520,7 +520,7 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
 
 
 def at_budget(ds: xr.Dataset, tc: TransformerConfig):
-    """Fig. 5's fixed compute budget (:func:`budget_steps`, in floating-point operations). For each H: the steps it
+    """Fig. 5's fixed compute budget (`budget_steps`, in floating-point operations). For each H: the steps it
     completes in it, its training loss there (mean of the last ``tc.smooth`` steps) and its inference losses at the
     last evaluation before it. Returns (budget in operations, steps, losses, inference losses)."""
     H = ds.heads.values

@@ -355,7 +355,7 @@ def _fig1_figure(out, ds: xr.Dataset, lsa: dict) -> str:
 
 @dataclasses.dataclass
 class BalancedFlow:
-    """What :func:`balanced_flow` computed: its checks and note, the flow's solution, min L, the gap L(t) − min L, the
+    """What `balanced_flow` computed: its checks and note, the flow's solution, min L, the gap L(t) − min L, the
     PL constant μ of (5.8), the loss function and the balance u₋₁² − ‖U₁₁‖² at every saved time."""
 
     checks: list
@@ -370,7 +370,7 @@ class BalancedFlow:
 
 def balanced_flow(cfg: Config, m_bal=None, progress: bool = False) -> BalancedFlow:
     """Thm 4.1 and Lemma 5.3: gradient flow of the exact population loss from Assumption 3.3's balanced initialisation
-    (scale σ; the reproduction's own draw when ``m_bal`` is None) on Λ = :func:`example_covariance` (d) with N
+    (scale σ; the reproduction's own draw when ``m_bal`` is None) on Λ = `example_covariance` (d) with N
     examples, to t1: its limit (4.1), the conserved u₋₁² − ‖U₁₁‖², the PL inequality (5.8) and its rate, the final
     loss. Thm 4.1's claims are "not applicable" where σ breaks its condition σ²‖Γ‖√d < 2."""
     d, N = cfg.d, cfg.N
@@ -413,7 +413,7 @@ def balanced_flow(cfg: Config, m_bal=None, progress: bool = False) -> BalancedFl
 
 
 def balanced_flow_stage(cfg: Config):
-    """Thm 4.1 from the balanced initialisation (:func:`balanced_flow`): its checks, and the final loss against
+    """Thm 4.1 from the balanced initialisation (`balanced_flow`): its checks, and the final loss against
     Lemma 5.3's minimum, the PL constant μ and the flow's loss gap over time."""
     flow = balanced_flow(cfg)
     ds = xr.Dataset({"final_loss": float(flow.sol.losses[-1]), "min_loss": flow.lmin, "pl_constant": float(flow.mu),

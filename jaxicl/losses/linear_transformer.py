@@ -7,7 +7,7 @@ jaxicl's losses are ½E(ŷ − y_query)²; Ahn et al.'s f of eq. (5) is E(ŷ −
   −ŷ = (1/n) Σ_{i≤n} (bᵀ z_i)(z_iᵀ A x_q) — the LSA prediction of Zhang et al. eq. (3.6) with
   (K, k_y) = (A_{1:d}, A_{d+1}), (b_x, b_y) = −b, and without the query's own column. The exact
   loss is therefore ``lsa_loss_gaussian(..., query_term=False)``.
-- **Deeper models** have no registered closed form: use :func:`sample_loss` on a fixed training set
+- **Deeper models** have no registered closed form: use `sample_loss` on a fixed training set
   (the paper's L-BFGS setting) or ``mc_loss`` / fresh samples per step.
 """
 
@@ -56,7 +56,7 @@ def linear_transformer_loss(model: LinearTransformer, task: LinearRegression) ->
 def sample_loss(model, data: Prompt | GramBatch) -> Float[Array, ""]:
     """Sample average ½ mean_b (ŷ_b − y_b)² over a fixed set of prompts (Ahn et al. §5.3, §6.1).
 
-    ``data`` is a batch of prompts, or their :class:`GramBatch` (σ = identity linear transformers:
+    ``data`` is a batch of prompts, or their `GramBatch` (σ = identity linear transformers:
     the fast path, with a hand-written backward pass)."""
     if isinstance(data, GramBatch):
         pred = model.predict_gram(data)
@@ -75,7 +75,7 @@ def sample_residuals(model: LinearTransformer, data: GramBatch) -> Float[Array, 
 
 
 def sample_residuals_and_jacobian(model: LinearTransformer, data: GramBatch):
-    """:func:`sample_residuals` and their Jacobian with respect to the model's parameters (see
+    """`sample_residuals` and their Jacobian with respect to the model's parameters (see
     ``LinearTransformer.prediction_jacobian``), for ``levenberg_marquardt(..., jacobian_fn=...)``."""
     pred, J = model.prediction_jacobian(data)
     scale = jnp.sqrt(data.batch).astype(pred.dtype)

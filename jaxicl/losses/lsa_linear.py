@@ -112,7 +112,7 @@ def lsa_linear_regression_loss(model: LinearSelfAttention, task: LinearRegressio
 
 @jax.jit
 def _diagonal_prior_loss(K, k, bx, by, nodes, weights, mean, N, s2):
-    """E_λ of :func:`lsa_loss_gaussian` at Λ = diag(λ), λ_i iid with Gauss rule (nodes, weights) and mean μ, w ~ N(0, I):
+    """E_λ of `lsa_loss_gaussian` at Λ = diag(λ), λ_i iid with Gauss rule (nodes, weights) and mean μ, w ~ N(0, I):
     f(μ) + Σ_i (E f(μ + (λ_i − μ)e_i) − f(μ)), exact for this degree-3 polynomial (module docstring)."""
     d = K.shape[0]
     I = jnp.eye(d, dtype=K.dtype)

@@ -56,7 +56,7 @@ def no_closed_form(model, task, why: str = "") -> NoClosedFormError:
 
 def has_population_loss(model, task) -> bool:
     """Whether a closed-form population loss is registered for this (model type, task type) pair. Where none is,
-    :func:`population_loss` raises ``NoClosedFormError`` (use :func:`mc_loss`); a registered one may still refuse a
+    `population_loss` raises ``NoClosedFormError`` (use `mc_loss`); a registered one may still refuse a
     model it does not describe (e.g. a deeper one), with the same error."""
     return _lookup(model, task) is not None
 
@@ -64,7 +64,7 @@ def has_population_loss(model, task) -> bool:
 def population_loss(model, task) -> Float[Array, ""]:
     """Exact population loss ½E(ŷ − y_query)² where a closed form is registered.
 
-    Raises :class:`NoClosedFormError` (naming ``mc_loss``) otherwise.
+    Raises `NoClosedFormError` (naming ``mc_loss``) otherwise.
     """
     fn = _lookup(model, task)
     if fn is None:

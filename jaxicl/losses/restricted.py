@@ -5,13 +5,13 @@ With Σ̂ = X Xᵀ / n and layers A_0 … A_{L−1} (Gatmiry et al. Lemma 4, wit
     ŷ − y_q = −w*ᵀ M x_q,   M = (I − Σ̂ A_0)(I − Σ̂ A_1) ⋯ (I − Σ̂ A_{L−1})
 
 Two loss conventions, both the paper's eq. (9) **without** the ½ of the rest of jaxicl
-(``population_loss`` of the registry keeps ½ and returns half of :func:`fixed_gram_loss`):
+(``population_loss`` of the registry keeps ½ and returns half of `fixed_gram_loss`):
 
 - **fixed Gram** — Σ = Σ̂ given, w* ~ N(0, Σ⁻¹), x_q ~ N(0, Σ): L = E_Σ tr(M Σ Mᵀ Σ⁻¹) exactly;
   for Σ = s·I the expectation over s is a quadrature that is exact (the integrand is a polynomial
   of degree 2L in s).
 - **Gaussian X** — x_i, x_q ~ N(0, Σ_pop), w* ~ N(0, Σ_pop⁻¹) (the paper's experiments): Σ̂ is
-  Wishart and the loss is a Monte-Carlo average over (Σ_pop, X, w*). :func:`gaussian_x_loss`
+  Wishart and the loss is a Monte-Carlo average over (Σ_pop, X, w*). `gaussian_x_loss`
   averages the *exact* conditional expectation over x_q: the prediction is gᵀx_q with
   g = Σ_t A_tᵀ v_t, v_0 = X y / n, v_{t+1} = v_t − Σ̂ A_tᵀ v_t (only prompt statistics), so
   E_{x_q}(ŷ − y_q)² = (w* − g)ᵀ Σ_pop (w* − g). Cost O(L d²) per prompt.
@@ -91,7 +91,7 @@ def fixed_gram_depth_curves(A: Float[Array, "B L d d"], Sigma: Float[Array, "B d
 
     Zero layers leave M unchanged, so models of different depths share one program when their layers are padded with
     zeros to a common L (their loss is then the last entry); a looped model is its A repeated. Same numbers as
-    :func:`fixed_gram_loss` of each depth, one XLA program for all shapes (B, L, d) instead of one per depth."""
+    `fixed_gram_loss` of each depth, one XLA program for all shapes (B, L, d) instead of one per depth."""
     A = jnp.asarray(A)
     Sigma = jnp.asarray(Sigma, A.dtype)
     if A.ndim != 4 or Sigma.ndim != 3 or Sigma.shape[0] != A.shape[0] or Sigma.shape[1:] != A.shape[2:] \
@@ -126,8 +126,8 @@ def scaled_identity_loss(model: LinearTransformer, s: Float[Array, " m"]) -> Flo
 
 
 def fixed_gram_population_loss(model: LinearTransformer, covariance, n_nodes: int | None = None) -> Float[Array, ""]:
-    """E_Σ tr(M Σ Mᵀ Σ⁻¹) (eq. 9, no ½), exactly, for a :class:`FixedCovariance` or a
-    :class:`ScaledIdentityCovariance` (quadrature with ⌈(2L+1)/2⌉ or more nodes per piece)."""
+    """E_Σ tr(M Σ Mᵀ Σ⁻¹) (eq. 9, no ½), exactly, for a `FixedCovariance` or a
+    `ScaledIdentityCovariance` (quadrature with ⌈(2L+1)/2⌉ or more nodes per piece)."""
     if isinstance(covariance, FixedCovariance):
         return fixed_gram_loss(model, covariance.matrix)
     if isinstance(covariance, ScaledIdentityCovariance):
@@ -140,7 +140,7 @@ def fixed_gram_population_loss(model: LinearTransformer, covariance, n_nodes: in
 
 @register_population_loss(LinearTransformer, FixedGramRegression)
 def _registered_fixed_gram(model: LinearTransformer, task: FixedGramRegression) -> Float[Array, ""]:
-    """½ of :func:`fixed_gram_population_loss` (jaxicl's ½ convention)."""
+    """½ of `fixed_gram_population_loss` (jaxicl's ½ convention)."""
     try:
         return 0.5 * fixed_gram_population_loss(model, task.covariance)
     except (TypeError, ValueError) as err:
@@ -148,7 +148,7 @@ def _registered_fixed_gram(model: LinearTransformer, task: FixedGramRegression) 
 
 
 class GaussianXBatch(eqx.Module):
-    """Statistics of a batch of Gaussian-X prompts for :func:`gaussian_x_loss`, batch first."""
+    """Statistics of a batch of Gaussian-X prompts for `gaussian_x_loss`, batch first."""
 
     Sigma_hat: Float[Array, "B d d"]  # X Xᵀ / n
     w: Float[Array, "B d"]
@@ -201,7 +201,7 @@ def gaussian_x_loss(model: LinearTransformer, batch: GaussianXBatch) -> Float[Ar
 
 def gaussian_x_mc(model: LinearTransformer, task: LinearRegression, key: PRNGKeyArray, batch: int = 100_000,
                   chunk_size: int = 4096) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """(mean, standard error) of :func:`gaussian_x_errors` over ``batch`` fresh prompts, drawn
+    """(mean, standard error) of `gaussian_x_errors` over ``batch`` fresh prompts, drawn
     ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded (eq. 9, no ½)."""
     if batch < 1:
         raise ValueError(f"gaussian_x_mc needs batch >= 1, got {batch}.")

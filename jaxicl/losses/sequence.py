@@ -78,7 +78,7 @@ def position_errors(model, prompts: SequencePrompt, n_loops=None, target: str = 
 
 def position_errors_per_loop(model, prompts: SequencePrompt, max_loops: int,
                              target: str = "clean") -> Float[Array, "batch loops T"]:
-    """:func:`position_errors` after each loop count 1…``max_loops`` of a looped model, from one pass: row t − 1
+    """`position_errors` after each loop count 1…``max_loops`` of a looped model, from one pass: row t − 1
     is ``position_errors(model, prompts, t)``. The loops run once (``outputs_per_loop``), so an error-vs-loops
     curve (AlgoFormer Figs. 3 and 5) costs ``max_loops`` loops, not 1 + 2 + … + ``max_loops``."""
     if not is_looped(model):

@@ -9,16 +9,16 @@
 **Sign convention of Gatmiry et al.** They write Z_{t+1} = Z_t − (1/n) P Z M σ(Zᵀ Q Z) (their eq. 3)
 with the same prediction −[Z_L]_{d+1,n+1} (their eq. 4; the sentence after their eq. 6 that calls
 the output y_q^{(L)} drops this minus sign). So their (P, Q) is this module's (−P, Q), for every σ;
-:meth:`LinearTransformer.restricted` takes their (A, u) of eq. (6) and does the conversion.
+`LinearTransformer.restricted` takes their (A, u) of eq. (6) and does the conversion.
 
 **Parametrizations.** A model holds one parameter pytree (``model.params``) whose
 ``weights()`` builds the stacked (P, Q) of shape (layers, heads, d+1, d+1):
 
-- :class:`FullWeights` — every entry of P_ℓh, Q_ℓh;
-- :class:`SingleLayerWeights` — (b, A) of eq. (7): P = [0; bᵀ], Q = [A 0];
-- :class:`PreconditionerWeights` — eq. (9): P = diag(0, 1), Q = diag(A_ℓ, 0);
-- :class:`BlockWeights` — eq. (13): P = diag(B_ℓ, 1), Q = diag(A_ℓ, 0);
-- :class:`RestrictedWeights` — Gatmiry et al. eq. (6): Q = diag(A_ℓ, 0), P = [0 0; u_ℓᵀ 1] (theirs).
+- `FullWeights` — every entry of P_ℓh, Q_ℓh;
+- `SingleLayerWeights` — (b, A) of eq. (7): P = [0; bᵀ], Q = [A 0];
+- `PreconditionerWeights` — eq. (9): P = diag(0, 1), Q = diag(A_ℓ, 0);
+- `BlockWeights` — eq. (13): P = diag(B_ℓ, 1), Q = diag(A_ℓ, 0);
+- `RestrictedWeights` — Gatmiry et al. eq. (6): Q = diag(A_ℓ, 0), P = [0 0; u_ℓᵀ 1] (theirs).
 
 ``from_weights(P, Q)`` on each structured class recovers its parameters from full matrices and
 raises ``ValueError`` when (P, Q) lies outside the parametrization.
@@ -30,8 +30,8 @@ eq. 5) and ``depth`` is the loop count.
 
 **Speed.** For σ = identity a layer is Z ↦ (I + G/n) Z with G = Σ_h P_h (Z M Zᵀ) Q_h, evaluated
 with associativity in O(n d²) per layer (not O(n² d)); ``attention="direct"`` keeps the literal
-form of eq. (3) as the reference. :meth:`predict_gram` evaluates a whole batch from its Gram
-statistics (:class:`GramBatch`) with a hand-written backward pass (``_gram_kernel``).
+form of eq. (3) as the reference. `predict_gram` evaluates a whole batch from its Gram
+statistics (`GramBatch`) with a hand-written backward pass (``_gram_kernel``).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Parametrization(eqx.Module):
         raise NotImplementedError
 
     def weight_shape(self) -> jax.ShapeDtypeStruct:
-        """Shape and dtype of P (and Q) of :meth:`weights`, found by tracing it: nothing is computed."""
+        """Shape and dtype of P (and Q) of `weights`, found by tracing it: nothing is computed."""
         return jax.eval_shape(self.weights)[0]
 
     @property
@@ -318,8 +318,8 @@ def _attention_scores(S, activation):
 class LinearTransformer(eqx.Module):
     """L-layer (or looped) transformer of Ahn et al. eqs. (2)–(5) with attention activation σ.
 
-    Build one with :meth:`full`, :meth:`single_layer`, :meth:`preconditioner`, :meth:`block`,
-    :meth:`restricted` or :meth:`init`.
+    Build one with `full`, `single_layer`, `preconditioner`, `block`,
+    `restricted` or `init`.
     """
 
     params: Parametrization

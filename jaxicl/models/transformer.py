@@ -1,18 +1,18 @@
 """GPT-2-style softmax transformers for in-context learning: standard, looped and AlgoFormer.
 
-A prompt is a token sequence (T, w) (see :mod:`jaxicl.tasks.sequence` for the encodings of Garg et al.
+A prompt is a token sequence (T, w) (see `jaxicl.tasks.sequence` for the encodings of Garg et al.
 and of the linear papers); every model maps it to one prediction per position, (T, d_out), and the
 loss reads the positions the encoding marks.
 
-- :class:`StandardTransformer`: read-in + learned positions, L decoder blocks, final LayerNorm, read-out
+- `StandardTransformer`: read-in + learned positions, L decoder blocks, final LayerNorm, read-out
   (the GPT-2 model of Garg et al. and of Zhang et al.'s Fig. 1).
-- :class:`LoopedTransformer`: one block stack applied b times with the input injected at every loop,
+- `LoopedTransformer`: one block stack applied b times with the input injected at every loop,
   h_t = TF(h_{t−1} + e), h_0 = 0 (Yang et al. 2024, the AlgoFormer paper's "vanilla looped transformer").
-- :class:`AlgoFormer`: TF_post(TF_loop(⋯ TF_loop(TF_pre(e)) ⋯)) with T loops (AlgoFormer, eq. 2); each
+- `AlgoFormer`: TF_post(TF_loop(⋯ TF_loop(TF_pre(e)) ⋯)) with T loops (AlgoFormer, eq. 2); each
   sub-transformer has its own depth and number of heads.
 
 The loop count of both looped models is a runtime value (``n_loops`` may be traced: evaluation at many
-more loops than trained reuses one compiled program). Training uses :meth:`outputs_per_loop`, which
+more loops than trained reuses one compiled program). Training uses `outputs_per_loop`, which
 returns the read-out after each of the first ``max_loops`` loops, for the loop-averaged loss (eq. 6).
 """
 
@@ -70,7 +70,7 @@ def _unroll() -> bool:
 
 
 # Rematerialise inside each block for the backward pass: None means on the CPU only. The backward pass then keeps
-# four activations per block (:data:`SAVED_ACTIVATIONS`) and recomputes the LayerNorms, the attention probabilities
+# four activations per block (`SAVED_ACTIVATIONS`) and recomputes the LayerNorms, the attention probabilities
 # and the GELU from them, instead of stacking some twenty intermediates per layer in the scan (XLA:CPU's stacking
 # copies were a fifth of a quick training step). One core, quick sizes (benchmarks/README.md): GPT-2 of Zhang et al.
 # 64 → 47 ms/step, Yang et al.'s H = 8 115 → 96 ms, the AlgoFormer 45 → 38 ms. The gradients are the same up to
@@ -92,7 +92,7 @@ def _fused_attention_ok(q) -> bool:
 def causal_attention(q: Float[Array, "T H c"], k: Float[Array, "T H c"], v: Float[Array, "T H c"]) -> Float[Array, "T H c"]:
     """softmax(q kᵀ/√c + causal mask) v for each head, the logits and softmax in float32 or wider whatever the
     compute dtype (float64 stays float64): cuDNN's fused (flash) attention through ``jax.nn.dot_product_attention`` where
-    :data:`ATTENTION_IMPLEMENTATION` allows it, else two einsums around an exp, normalised last (on the CPU this is
+    `ATTENTION_IMPLEMENTATION` allows it, else two einsums around an exp, normalised last (on the CPU this is
     faster than ``dot_product_attention``'s XLA path, which builds its mask differently)."""
     if _fused_attention_ok(q):
         try:
@@ -298,7 +298,7 @@ class _Looped(_Transformer):
 
     def __call__(self, tokens: Float[Array, "T w"], n_loops: int | Int[Array, ""]) -> Float[Array, "T d_out"]:
         """Prediction after ``n_loops`` >= 1 loops (a Python int or a traced integer; any count, including far
-        more than trained). Forward only: use :meth:`outputs_per_loop` to differentiate."""
+        more than trained). Forward only: use `outputs_per_loop` to differentiate."""
         n_loops = _check_loops(n_loops)
         e = self.io.read_in(tokens)
         h = jax.lax.fori_loop(0, n_loops, lambda _, h: self._loop(h, e), self._init_state(e))

@@ -3,11 +3,11 @@
 Every prior is an ``eqx.Module`` with ``sample(key) -> Λ`` (a ``d × d`` matrix). Priors whose
 first moments are known in closed form expose them, so that exact population losses can use them:
 
-- :class:`FixedCovariance` — Λ deterministic (Zhang et al. §3.3, Ahn et al. Thm 1).
-- :class:`RandomDiagonalCovariance` — Λ = c · diag(λ_1, …, λ_d), λ_i iid Gamma(k, 1)
+- `FixedCovariance` — Λ deterministic (Zhang et al. §3.3, Ahn et al. Thm 1).
+- `RandomDiagonalCovariance` — Λ = c · diag(λ_1, …, λ_d), λ_i iid Gamma(k, 1)
   (k = 1 is the Exponential(1) prior of Zhang et al. §4.3 and App. E).
 
-Later priors subclass :class:`CovariancePrior` and implement ``sample``; everything that
+Later priors subclass `CovariancePrior` and implement ``sample``; everything that
 consumes a prior (task sampling, ``mc_loss``) only calls ``sample``.
 """
 
@@ -346,7 +346,7 @@ def _window_pieces(centers, width):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _window_quadrature(n_nodes: int, centers, width):
-    """:meth:`WindowedScale.quadrature`: Gauss–Legendre on each piece, weighted by its share of the union."""
+    """`WindowedScale.quadrature`: Gauss–Legendre on each piece, weighted by its share of the union."""
     lo, hi = _window_pieces(centers, width)
     x, w = gauss_legendre(n_nodes, lo[:, None], hi[:, None])
     length = hi - lo
@@ -356,7 +356,7 @@ def _window_quadrature(n_nodes: int, centers, width):
 
 
 class ScaledIdentityCovariance(CovariancePrior):
-    """Σ = s·I_d with s drawn from a :class:`ScalePrior` (Gatmiry et al. §5: Σ = sI, s ~ D)."""
+    """Σ = s·I_d with s drawn from a `ScalePrior` (Gatmiry et al. §5: Σ = sI, s ~ D)."""
 
     scale: ScalePrior
     d: int = eqx.field(static=True)

@@ -51,7 +51,7 @@ class LinearRegression(eqx.Module):
     Args:
         d: input dimension.
         n_context: number of in-context examples N (test prompts: use ``with_context(M)``).
-        covariance: a :class:`CovariancePrior` (``FixedCovariance(Λ)`` or a random prior).
+        covariance: a `CovariancePrior` (``FixedCovariance(Λ)`` or a random prior).
         weights: ``"isotropic"`` (w ~ N(0, I)) or ``"inverse_covariance"`` (w ~ N(0, Λ⁻¹)).
         noise_std: label-noise standard deviation (an array leaf: sweepable, differentiable).
     """

@@ -1,24 +1,24 @@
 """Token-sequence prompts for softmax transformers, and the tasks of the AlgoFormer paper (§3, §5.1).
 
-A :class:`SequencePrompt` is what a transformer reads and what its loss scores: ``tokens`` (T, w),
+A `SequencePrompt` is what a transformer reads and what its loss scores: ``tokens`` (T, w),
 ``targets`` (T, d_out) and a 0/1 ``mask`` (T,) of the scored positions. Encodings:
 
-- :func:`garg_encoding` (Garg et al.): x_1, y_1, x_2, y_2, … as separate tokens, y zero-padded to the
+- `garg_encoding` (Garg et al.): x_1, y_1, x_2, y_2, … as separate tokens, y zero-padded to the
   width of x; the prediction of y_i is read at the position of x_i, so one pass gives the prediction at
   every prefix length i = 1…N (causal attention sees x_1, y_1, …, x_i).
-- :func:`stacked_encoding` (the linear papers): one token (x_i, y_i) per example, then query tokens (x, 0)
+- `stacked_encoding` (the linear papers): one token (x_i, y_i) per example, then query tokens (x, 0)
   whose predictions are read.
-- :func:`template_encoding` (Yang et al.'s template task): tokens (v_k, y_k), then (v_k, 0), all K scored.
-- :func:`next_token_encoding` (AR(q), CoT): tokens s_1…s_{T}, target of position j is s_{j+1}.
+- `template_encoding` (Yang et al.'s template task): tokens (v_k, y_k), then (v_k, 0), all K scored.
+- `next_token_encoding` (AR(q), CoT): tokens s_1…s_{T}, target of position j is s_{j+1}.
 
 Tasks (each draws prompts with ``prompts(key, batch)`` and keeps the clean targets for validation):
 
-- :class:`RepresentationRegression`: y = A Φ*(x) + ε (§3.1, §5.1); with ``phi=None`` noisy linear
+- `RepresentationRegression`: y = A Φ*(x) + ε (§3.1, §5.1); with ``phi=None`` noisy linear
   regression, with any covariance prior for x (Zhang et al.'s random diagonal covariance, Fig. 1).
-- :class:`ARRepresentation`: x_{t+1} = A Φ*([x_{t+1−q}, …, x_t]) + ε_t (§3.2).
-- :class:`CoTMLP`: chains x, s¹ = σ(W¹x), …, s^L (§3.3, Li et al. 2023), W^ℓ drawn per prompt.
+- `ARRepresentation`: x_{t+1} = A Φ*([x_{t+1−q}, …, x_t]) + ε_t (§3.2).
+- `CoTMLP`: chains x, s¹ = σ(W¹x), …, s^L (§3.3, Li et al. 2023), W^ℓ drawn per prompt.
 
-Φ* is a fixed :class:`LeakyReluMLP` drawn once from a seed.
+Φ* is a fixed `LeakyReluMLP` drawn once from a seed.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class RepresentationRegression(_SequenceTask):
     """y_i = A Φ*(x_i) + ε_i, x_i ~ N(0, Λ), A ~ N(0, I/k) ∈ R^{m×k}, ε ~ N(0, σ² I_m) (AlgoFormer §3.1, §5.1).
 
     ``noise_std`` σ is an array leaf (``vmap`` over tasks of several σ). ``phi=None`` is noisy linear regression (k = d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
-    ``covariance``: a :class:`CovariancePrior` for Λ (identity by default; Zhang et al.'s random diagonal
+    ``covariance``: a `CovariancePrior` for Λ (identity by default; Zhang et al.'s random diagonal
     covariance for Fig. 1). Prompts of N = ``n_context`` examples in the ``encoding`` "garg" (predictions
     at every prefix) or "stacked" (the last example is the query)."""
 

@@ -9,7 +9,7 @@ Losses here follow jaxicl's convention ½E(ŷ − y_q)²; the paper's f of eq. (
   w_{i+1} = w_i + A_i ∇R(w_i) (eq. 11), R(w) = (1/2n) Σ_j (wᵀx_j − y_j)² (eq. 10).
 - Thm 4: with w ~ N(0, Σ⁻¹) the set A_i = a_i Σ⁻¹ contains (near-)critical points. In whitened
   coordinates such a model runs w ↦ w − a_i S̄ (w − w̄*) with S̄ the whitened Gram matrix, so its
-  loss ½E Σ_k Π_i (1 − a_i λ_k(S̄))² depends on a, d and n only (:func:`thm4_family_loss`).
+  loss ½E Σ_k Π_i (1 − a_i λ_k(S̄))² depends on a, d and n only (`thm4_family_loss`).
 - Baselines: L-step GD with its best constant step, L-step GD preconditioned by Σ⁻¹ (best constant
   step), and ordinary least squares.
 - Dist(M, I) = min_α ‖M − αI‖_F / ‖M‖_F (§5.3).
@@ -116,7 +116,7 @@ def gd_loss(prompts: Prompt, step, n_steps, preconditioner=None, max_steps: int 
 
 def best_gd_step(prompts: Prompt, n_steps, preconditioner=None, max_steps: int | None = None,
                  n_grid: int = 48, n_refine: int = 3) -> Float[Array, ""]:
-    """The constant step minimizing :func:`gd_loss` on ``prompts``: a log-spaced grid over
+    """The constant step minimizing `gd_loss` on ``prompts``: a log-spaced grid over
     [1e-3, 10], then ``n_refine`` rounds of a finer grid around the best point."""
     losses_at = jax.vmap(lambda s: gd_loss(prompts, s, n_steps, preconditioner, max_steps))
     grid = jnp.logspace(-3, 1, n_grid, dtype=prompts.x.dtype)
@@ -137,7 +137,7 @@ def ols_prediction(prompt: Prompt) -> Float[Array, ""]:
 
 
 def ols_loss(prompts: Prompt) -> Float[Array, ""]:
-    """½ mean (ŷ − y_q)² over a batch of prompts of least squares on each prompt's examples (:func:`ols_prediction`)."""
+    """½ mean (ŷ − y_q)² over a batch of prompts of least squares on each prompt's examples (`ols_prediction`)."""
     return _half_mse(jax.vmap(ols_prediction)(prompts), prompts.y_query)
 
 
@@ -150,7 +150,7 @@ def whitened_gram_eigenvalues(key: PRNGKeyArray, d: int, n: int, batch: int, dty
 
 def thm4_family_loss(a: Float[Array, " L"], eigenvalues: Float[Array, "batch d"]) -> Float[Array, ""]:
     """½E Σ_k Π_i (1 − a_i λ_k)²: the loss of A_i = −a_i Σ⁻¹ (eq. 9, w ~ N(0, Σ⁻¹)), any Σ,
-    estimated with a sample of whitened Gram eigenvalues (:func:`whitened_gram_eigenvalues`)."""
+    estimated with a sample of whitened Gram eigenvalues (`whitened_gram_eigenvalues`)."""
     p = jnp.prod(1 - a[:, None, None] * eigenvalues[None], axis=0)
     return 0.5 * jnp.mean(jnp.sum(p**2, axis=-1))
 
@@ -162,11 +162,11 @@ def eigenvalue_power_sums(eigenvalues: Float[Array, "batch d"], max_power: int) 
 
 
 def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
-    """argmin_a and min of :func:`thm4_family_loss` (L-BFGS from a spread start: the loss is
+    """argmin_a and min of `thm4_family_loss` (L-BFGS from a spread start: the loss is
     symmetric in the a_i, so a start with equal entries would stay on the diagonal a_i = a).
 
     Π_i (1 − a_i λ)² is a polynomial of degree 2L in λ, so the sample loss is ½ Σ_m c_m(a) μ_m with the
-    power sums μ_m of :func:`eigenvalue_power_sums`: the same function of a, evaluated in float64 at O(L²)
+    power sums μ_m of `eigenvalue_power_sums`: the same function of a, evaluated in float64 at O(L²)
     cost whatever the sample size (on 200,000 samples in float32 each L-BFGS iteration re-read the sample,
     up to 20 times per line search once converged: 50 s for Ahn et al.'s quick reproduction). Returns a
     and the loss in the eigenvalues' dtype."""

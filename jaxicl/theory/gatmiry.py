@@ -3,7 +3,7 @@ in-context learning with task diversity*: weight constructions, optima and bound
 
 Everything is about the restricted linear transformer (eq. 6, u = 0, σ = identity), whose error on
 an instance with Σ = X Xᵀ / n is −w*ᵀ M x_q, M = Π_t (I − Σ A_t) (Lemma 4; see
-:mod:`jaxicl.losses.restricted`). With A_t = a_t I, M = p(Σ) for the *residual polynomial*
+`jaxicl.losses.restricted`). With A_t = a_t I, M = p(Σ) for the *residual polynomial*
 p(s) = Π_t (1 − a_t s), p(0) = 1, and the worst relative error |TF − w*ᵀx_q| / (‖w*‖‖x_q‖) over
 {α I ≼ Σ ≼ β I} is max_{s∈[α,β]} |p(s)|. κ = β/α.
 
@@ -308,7 +308,7 @@ def thm6_bound(eps, delta_prime, d: int, L: int, proved: bool = True) -> float:
 def looped_minimizer_diagonal(diagonals, probs, L: int) -> np.ndarray:
     """Looped minimiser A* of E tr((I − Σ^½ A Σ^½)^{2L}) over a finite set of *diagonal* Σ: the
     loss is convex in A and invariant under A ↦ DAD (D = diag(±1)), so A* is diagonal and each entry
-    solves the scalar problem :func:`looped_optimum`."""
+    solves the scalar problem `looped_optimum`."""
     diagonals, probs = np.asarray(diagonals, float), np.asarray(probs, float)
     return np.diag([looped_optimum(diagonals[:, i], probs, L)[0] for i in range(diagonals.shape[1])])
 

@@ -29,7 +29,7 @@ def w_star(Lam, N):
 
 
 def w_star_model(Lam, N) -> LinearSelfAttention:
-    """The LSA model at Thm 4.1's global minimiser (W^KQ_*, W^PV_*) of eq. (4.1) (:func:`w_star`)."""
+    """The LSA model at Thm 4.1's global minimiser (W^KQ_*, W^PV_*) of eq. (4.1) (`w_star`)."""
     return LinearSelfAttention(*w_star(Lam, N))
 
 
