@@ -283,13 +283,24 @@ def stack_members(models: list[PyTree]) -> PyTree:
                 np.shape(x) != np.shape(y) for x, y in zip(jax.tree_util.tree_leaves(arrays[0]), jax.tree_util.tree_leaves(a))):
             raise ValueError(f"stack_members: model {i} differs in structure or shape from model 0; an ensemble needs "
                              "models of one shape (train the others separately).")
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *arrays)
-    return eqx.combine(stacked, eqx.filter(models[0], eqx.is_array, inverse=True))
+    return eqx.combine(_stack(arrays), eqx.filter(models[0], eqx.is_array, inverse=True))
+
+
+@eqx.filter_jit  # one program, not one per leaf
+def _stack(arrays: list) -> PyTree:
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *arrays)
+
+
+@eqx.filter_jit
+def _take(arrays: PyTree, i) -> PyTree:
+    return jax.tree_util.tree_map(lambda x: x[i], arrays)
 
 
 def member(ensemble: PyTree, i: int) -> PyTree:
-    """Member ``i`` of an ensemble (array leaves stacked on axis 0), e.g. of ``train(..., ensemble=True).model``."""
-    return jax.tree_util.tree_map(lambda x: x[i] if eqx.is_array(x) else x, ensemble)
+    """Member ``i`` of an ensemble (array leaves stacked on axis 0), e.g. of ``train(..., ensemble=True).model``.
+    One compiled program for every member (not one per leaf and member, as eager indexing would compile)."""
+    arrays, static = eqx.partition(ensemble, eqx.is_array)
+    return eqx.combine(_take(arrays, jnp.asarray(i)), static)
 
 
 def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None,
