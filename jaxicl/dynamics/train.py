@@ -56,7 +56,7 @@ class PlannedRun:
         return self.steps_left * self.seconds_per_step
 
 
-_PLANNED: list | None = None  # the runs measured under `planning()`; None: train as usual
+_PLANNING: tuple[list, int] | None = None  # under `planning()`: (the runs measured, steps per chunk); None: train
 
 
 @contextlib.contextmanager
@@ -65,17 +65,12 @@ def planning(steps: int = 4):
     it twice (the second run is timed), records a `PlannedRun` in the list this yields and returns the model
     after those 2 × ``steps`` steps as a partial result (no checkpoint is written or read beyond the existing one's
     step). ``jaxicl reproduce --plan`` uses it to print each figure's ETA before a long run."""
-    global _PLANNED
-    steps = _validate.integer("planning: steps", steps)
-    outer, _PLANNED = _PLANNED, []
-    _PLANNED_STEPS[0] = steps
+    global _PLANNING
+    outer, _PLANNING = _PLANNING, ([], _validate.integer("planning: steps", steps))
     try:
-        yield _PLANNED
+        yield _PLANNING[0]
     finally:
-        _PLANNED = outer
-
-
-_PLANNED_STEPS = [4]
+        _PLANNING = outer
 
 
 class Curriculum(eqx.Module):
@@ -474,7 +469,7 @@ def train(
     resumed_from = step
 
     run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble, member_data)
-    if _PLANNED is not None:
+    if _PLANNING is not None:
         return _plan_run(run_chunk, params, opt_state, static, key, step, n_steps, losses, ensemble, label, eval_fn)
 
     def evaluate(s):
@@ -545,7 +540,8 @@ def train(
 def _plan_run(run_chunk, params, opt_state, static, key, step: int, n_steps: int, losses: list, ensemble: bool,
               label: str | None, eval_fn=None) -> TrainResult:
     """`train` under `planning`: two chunks of the planned length (the second timed), recorded."""
-    n = max(1, min(_PLANNED_STEPS[0], (n_steps - step) // 2))
+    planned, steps = _PLANNING
+    n = max(1, min(steps, (n_steps - step) // 2))
     times, done = [], step
     for _ in range(2 if n_steps - step >= 2 else 1 if n_steps > step else 0):
         t0 = time.perf_counter()
@@ -558,7 +554,7 @@ def _plan_run(run_chunk, params, opt_state, static, key, step: int, n_steps: int
     members = int(np.shape(key)[0]) if ensemble else 1
     seconds = times[-1] / n if times else float("nan")
     platform = jax.tree_util.tree_leaves(params)[0].devices().pop().platform if jax.tree_util.tree_leaves(params) else "?"
-    _PLANNED.append(PlannedRun(label or "run", members, n_steps, n_steps - step, seconds, platform))
+    planned.append(PlannedRun(label or "run", members, n_steps, n_steps - step, seconds, platform))
     model = eqx.combine(params, static)
     evals = {} if eval_fn is None else {k: np.asarray([np.asarray(v)]) for k, v in eval_fn(model).items()}
     return TrainResult(model, opt_state, np.asarray(losses), np.array([done] if evals else [], int), evals,

@@ -185,7 +185,7 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
             # (the library's throughput-bound calls move to the accelerator themselves)
             res = _run_with_settings(module, size, configs[name], lambda **c: module.run(
                 size=size, out=out, progress=progress, **kwargs, **c))
-        if plan and planned:
+        if planned:
             table = plan_markdown(planned, budget_minutes)
             res.notes.append("**Training plan** (`--plan`: each run measured on a few steps; nothing else trained):\n\n"
                              + table)

@@ -9,6 +9,7 @@ partial run says so ("partial, step s of S") and its claims are not asserted: ea
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 from .report import Check
@@ -83,8 +84,6 @@ def plan_markdown(runs, budget_minutes: float | None = None) -> str:
     its models × steps, the measured step time, the time left and, with a ``--budget``, the slices it would take
     (each call of ``--budget M`` minutes gives every run still unfinished an equal share; the whole takes
     ⌈Σ time left / M⌉ calls when the papers' shares are used up in full)."""
-    import math
-
     lines = ["| training run | models × steps (left) | step time (all models) | device | time left |",
              "|---|---|---|---|---|"]
     for r in runs:

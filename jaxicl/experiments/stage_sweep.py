@@ -88,11 +88,18 @@ def _digest(stage: str, cfg) -> str:
     return hashlib.sha256(json.dumps([stage, flat], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _without_attrs(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` without its dataset attributes (a point's digest, a stage's own notes): the sweep sets its own."""
+    ds = ds.copy()
+    ds.attrs = {}
+    return ds
+
+
 def _run_point(fn, cfg) -> xr.Dataset:
     out = fn(cfg)
     checks, ds = out if isinstance(out, tuple) else ([], out)
     ds = ds if isinstance(ds, xr.Dataset) else xr.Dataset(ds)
-    ds = ds.drop_attrs() if hasattr(ds, "drop_attrs") else ds.assign_attrs({})
+    ds = _without_attrs(ds)
     if checks:
         ds["verdict"] = ("check", np.array([c.verdict for c in checks], dtype=object).astype(str))
         ds["check_claim"] = ("check", np.array([c.claim for c in checks], dtype=object).astype(str))
@@ -132,7 +139,7 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
                 ds = _run_point(fn, cfg)
             if path is not None:
                 save_dataset(ds.assign_attrs(digest=digest, stage=stage, point=json.dumps(point)), path)
-        results.append(ds.drop_attrs() if hasattr(ds, "drop_attrs") else ds.assign_attrs({}))
+        results.append(_without_attrs(ds))
     keys = list(grid)
     claims = results[0]["check_claim"] if "check_claim" in results[0] else None
     # dimensions without coordinates get positions, so that points of other sizes align (padded with NaN)
