@@ -5,19 +5,28 @@
 #      --ensemble auto), AlgoFormer and Zhang GPT-2: aggregate throughput and the fraction of the bf16 peak;
 #   2. Zhang Fig. 1's least-squares references at paper size, SVD against Gram, on the GPU and the host CPU
 #      (bench_ols.py);
-#   3. the --full training plans of the three papers that train transformers (jaxicl reproduce NAME --full --plan),
-#      their theory stages skipped where a flag allows it;
-#   4. the AlgoFormer's Fig. 2 regression at paper size for two --budget slices (the second resumes the first).
+#   3. the --full training plans of the papers that train transformers (jaxicl reproduce NAME --full --plan); zhang2023's
+#      is its --full report too: every theory stage, Fig. 1's references, and the plan of its GPT-2 ensembles;
+#   4. the AlgoFormer's Fig. 2 regression at paper size (--set parts=["regression"], Fig. 3 reduced to Fig. 2's
+#      model) for two --budget slices: the second resumes the first from its checkpoints.
+# The steps come in order of what they measure, most wanted first; zhang2023's --full report is the longest and last.
 # Usage, from the repository root: benchmarks/ensemble_check.sh
-# Environment: OUT (scratch, default a new temporary directory); PEAK_TFLOPS (the GPU's dense bf16 peak; default:
-# 989 for an H100 or H200 SXM, from nvidia-smi's name, else none); ENSEMBLE_CHECK_TIMEOUTS="bench ols plan slice"
-# (seconds, default "200 60 150 60").
+# Environment: OUT (scratch, default a new temporary directory; the reports are under $OUT/plan-NAME and $OUT/slices);
+# PEAK_TFLOPS (the GPU's dense bf16 peak; default: 989 for an H100 or H200 SXM, from nvidia-smi's name, else none);
+# ENSEMBLE_CHECK_TIMEOUTS="bench ols slice-1 slice-2 plan-algoformer plan-yang zhang" (seconds, default
+# "120 25 60 45 35 55 200": the whole under 9 minutes; a slice's --budget is its timeout less 15 s for the report); ENSEMBLE_CHECK_SIZE=quick runs every step at quick size in float32, to try the script
+# on a CPU (default: paper).
 set -uo pipefail
-read -r T_BENCH T_OLS T_PLAN T_SLICE <<< "${ENSEMBLE_CHECK_TIMEOUTS:-200 60 150 60}"
+read -r T_BENCH T_OLS T_SLICE1 T_SLICE2 T_PLAN_A T_PLAN_Y T_ZHANG <<< "${ENSEMBLE_CHECK_TIMEOUTS:-120 25 60 45 35 55 200}"
 source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
+if [ "${ENSEMBLE_CHECK_SIZE:-paper}" = quick ]; then
+  BENCH="--config quick --dtype float32" SIZE=--quick OLS="--prompts 64 --d 5 --M 41"
+else
+  BENCH="--config paper --dtype bfloat16" SIZE=--full OLS="--prompts 1024"
+fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$GPU" in *H100*|*H200*) PEAK=${PEAK_TFLOPS:-989} ;; *) PEAK=${PEAK_TFLOPS:-} ;; esac
-PEAK_ARG=${PEAK:+--peak-tflops $PEAK}
+BENCH="$BENCH --repeats 2${PEAK:+ --peak-tflops $PEAK}"
 step() {  # step LABEL TIMEOUT CMD...: the command's output to the log and the terminal, its wall time and status
   local label=$1 limit=$2; shift 2
   local t0 rc
@@ -28,25 +37,29 @@ step() {  # step LABEL TIMEOUT CMD...: the command's output to the log and the t
   echo "($label: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s, exit status $rc)"
   echo
 }
+reproduce() { python3 -m jaxicl.cli reproduce "$@" --cache-dir "$DIR/cache"; }
+bench() { python3 benchmarks/bench_transformer.py $BENCH "$@"; }
 echo "# ensemble check, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-echo "GPU: ${GPU:-none}; $(nproc) CPUs; peak for the fraction: ${PEAK:-not given} TFLOP/s"
+echo "GPU: ${GPU:-none}; $(nproc) CPUs; peak for the fraction: ${PEAK:-not given} TFLOP/s; size ${SIZE#--}"
 echo
+export -f bench
+export BENCH
+step bench "$T_BENCH" bash -c "bench --only algoformer_algoformer; bench --only algoformer_algoformer --ensemble auto; \
+  bench --only zhang; bench --only zhang --ensemble auto"
 # shellcheck disable=SC2086
-step bench-one "$((T_BENCH / 2))" python3 benchmarks/bench_transformer.py --config paper --dtype bfloat16 \
-  --only algoformer_algoformer --repeats 2 $PEAK_ARG
-# shellcheck disable=SC2086
-step bench-ensembles "$T_BENCH" bash -c "python3 benchmarks/bench_transformer.py --config paper --dtype bfloat16 \
-  --only algoformer_algoformer --ensemble auto --repeats 2 $PEAK_ARG; python3 benchmarks/bench_transformer.py \
-  --config paper --dtype bfloat16 --only zhang --ensemble auto --repeats 2 $PEAK_ARG; python3 \
-  benchmarks/bench_transformer.py --config paper --dtype bfloat16 --only zhang --repeats 2 $PEAK_ARG"
-step ols "$T_OLS" python3 benchmarks/bench_ols.py --prompts 1024
+step ols "$T_OLS" python3 benchmarks/bench_ols.py $OLS
+T_SLICES=("$T_SLICE1" "$T_SLICE2")
+for slice in 1 2; do  # chunks of 200 steps, so that a slice of a minute trains several
+  limit=${T_SLICES[$((slice - 1))]}
+  step "slice-$slice" "$limit" reproduce algoformer "$SIZE" --set 'parts=["regression"]' --set chunk=200 \
+    --set "fig3_loops=[$(python3 -c "from jaxicl.experiments import algoformer as A; print(list(A.SIZES['${SIZE#--}'].loops))")]" \
+    --budget "$(awk "BEGIN {print ($limit - 15) / 60}")" --out "$DIR/slices" --progress
+done
+step plan-algoformer "$T_PLAN_A" reproduce algoformer "$SIZE" --plan --out "$DIR/plan-algoformer"
+step plan-yang "$T_PLAN_Y" reproduce yang2024 "$SIZE" --plan --out "$DIR/plan-yang2024"
+step zhang-full "$T_ZHANG" reproduce zhang2023 "$SIZE" --plan --out "$DIR/plan-zhang2023" --progress
 for paper in algoformer yang2024 zhang2023; do
-  step "plan-$paper" "$((T_PLAN / 3))" python3 -m jaxicl.cli reproduce "$paper" --full --plan --out "$DIR/plan" \
-    --cache-dir "$DIR/cache"
+  grep -h -A12 "Training plan" "$DIR/plan-$paper/report.md" 2>/dev/null
 done
-grep -h -A40 "Training plan" "$DIR/plan/report.md" 2>/dev/null | head -60
-for slice in 1 2; do
-  step "slice-$slice" "$((T_SLICE / 2))" python3 -m jaxicl.cli reproduce algoformer --full --budget 0.3 \
-    --out "$DIR/slices" --cache-dir "$DIR/cache" --progress
-done
+grep -h "partial\|resum" "$DIR/slices/report.md" "$DIR"/slice-*.log 2>/dev/null | grep -v "it/s\]" | head -12
 echo "Logs and reports: $DIR"

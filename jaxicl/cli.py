@@ -81,7 +81,8 @@ def _cmd_reproduce(args) -> int:
     size = "full" if args.full else "quick"
     try:  # every setting checked before any work
         overrides = _overrides(args, names)
-        effective_settings(_modules(names, not args.skip_transformers), size, overrides, not args.skip_transformers)
+        configs = effective_settings(_modules(names, not args.skip_transformers), size, overrides,
+                                     not args.skip_transformers)
     except SettingsError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2
@@ -101,7 +102,7 @@ def _cmd_reproduce(args) -> int:
         return _reproduce_part(args, names, size, overrides)
     child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
-    in_process = not child and (args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers))
+    in_process = not child and (args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers, configs))
     with watchdog.watching() if in_process else contextlib.nullcontext():
         results = reproduce(names, size=size, out=args.out,
                             progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,

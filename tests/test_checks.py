@@ -308,6 +308,29 @@ def test_gatmiry_fixed_gram_and_learned_step_checks(monkeypatch):
     bad = G._learned_checks(learned(gd), cfg)
     assert_verdict(bad, "recover Chebyshev", "FAIL")
     assert_verdict(bad, "reaches 1/T_k", "FAIL")
+    # the worst-error tolerance is the smooth maximum's n^(1/p) − 1: an excess of 2 % fails at p = 2048, n = 2001
+    # (0.37 %) and passes at p = 8 (158 %), where the objective cannot tell those steps apart
+    off = learned(cheb)
+    off["learned_worst_error"] = off.chebyshev_worst_error * 1.02
+    assert_verdict(G._learned_checks(off, cfg), "reaches 1/T_k", "FAIL")
+    assert_verdict(G._learned_checks(off, dataclasses.replace(cfg, learned_powers=(8.0,))), "reaches 1/T_k", "pass")
+
+
+def test_gatmiry_depth_laws_follow_the_closed_forms_at_any_kappas():
+    """The depth each construction needs for worst error ≤ ε: the closed-form depths ⌈x(κ)⌉ pass at any κ grid and
+    ε; depths one layer too many at the smallest κ (a slope off by more than rounding) fail; one κ has no slope."""
+    G, cfg = _gatmiry_toy()
+    for kappas, eps in (((10.0, 100.0, 1000.0), 1e-6), ((3.0, 30.0), 1e-3)):
+        cfg = dataclasses.replace(cfg, construct_kappas=kappas, eps=eps)
+        k = np.asarray(kappas)
+        exact = {("gd", kk): int(np.ceil(np.log(1 / eps) / np.log((kk + 1) / (kk - 1)))) for kk in k}
+        exact |= {("chebyshev", kk): int(np.ceil(np.arccosh(1 / eps) / np.arccosh((kk + 1) / (kk - 1)))) for kk in k}
+        assert_all_asserted_pass(G._depth_law_checks(cfg, exact), 2)
+        for name in ("gd", "chebyshev"):
+            wrong = dict(exact) | {(name, k[0]): 2 * exact[(name, k[0])]}
+            assert_verdict(G._depth_law_checks(cfg, wrong), f"({name})", "FAIL")
+    one = G._depth_law_checks(dataclasses.replace(cfg, construct_kappas=(10.0,)), {("gd", 10.0): 69, ("chebyshev", 10.0): 23})
+    assert [c.verdict for c in one] == ["not applicable"] * 2 and "a slope needs two or more" in one[0].reason
 
 
 # --- Zhang, Frei & Bartlett ---------------------------------------------------------------------------------------

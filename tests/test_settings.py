@@ -63,6 +63,7 @@ def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys
         (["zhang2023", "--set", "gpt2.steps=10", "--skip-transformers"], "gpt2.steps: gpt2 is off in this run"),
         (["yang2024", "--set", "transformer.lr=0.1", "--skip-transformers"], "transformer.lr: transformer is off"),
         (["algoformer", "--set", "lr=0.1", "--skip-transformers"], "settings given for algoformer, which this run"),
+        (["gatmiry2024", "--set", "fig2_windows=[1.5]"], "settings that contradict each other: fig2_windows [1.5]"),
     ]:
         assert cli.main(["reproduce", *argv, "--no-cache", "--out", str(tmp_path / "o")]) == 2
         assert f"jaxicl: {message}" in capsys.readouterr().err
@@ -181,3 +182,46 @@ def test_a_claim_whose_premise_fails_is_not_applicable_never_passed_or_failed():
     assert headline([ok, c]) == "1 pass, 0 fail, 0 not reproduced, 1 not applicable, 0 reported"
     with pytest.raises(ValueError, match="not applicable: give the reason"):
         Check("b", "1", "2", "exact", False, applicable=False)
+
+
+@pytest.mark.parametrize("paper, overrides, match", [
+    ("ahn2023", {"d": 4}, r"scales has 5 entries but d = 4"),
+    ("gatmiry2024", {"fig2_windows": [0.5, 1.0]}, r"fig2_windows \[1\.0\] reach s ≤ 0"),
+    ("yang2024", {"N": 200}, r"N = 200 is not below K = 200"),
+    ("yang2024", {"fig3_Ns": [50, 250]}, r"fig3_Ns entry = 250 is not below K = 200"),
+    ("yang2024", {"transformer.d_model": 40}, r"transformer\.d_model = 40 is not divisible by the head count\(s\) \[16\]"),
+    ("zhang2023", {"gpt2.n_heads": 3}, r"gpt2\.d_model = 32 is not divisible by gpt2\.n_heads = 3"),
+    ("algoformer", {"loops": [3, 5]}, r"loops: \[3, 5\] is not a \(T, ΔT\) with 0 ≤ ΔT ≤ T"),
+    ("algoformer", {"fig3_loops": [[50, 10]]}, r"eval_loops = 40 is below a trained T of fig3_loops"),
+    ("algoformer", {"parts": ["fig4"]}, r"parts \['fig4'\]: each at most once, of \['regression', 'ar', 'cot', 'fig5'\]"),
+])
+def test_settings_that_contradict_each_other_are_refused_with_the_reason(paper, overrides, match):
+    """Each field valid alone, the combination not: refused when the Config is made (``--set``, ``--config`` and
+    ``dataclasses.replace`` alike), before any work."""
+    module = _modules([paper])[paper]
+    with pytest.raises(SettingsError, match="settings that contradict each other: " + match):
+        settings.apply(module.Config.quick(), overrides)
+    flat = {k: tuple(map(tuple, v)) if isinstance(v, list) and v and isinstance(v[0], list) else tuple(v)
+            if isinstance(v, list) else v for k, v in overrides.items() if "." not in k}
+    if flat:
+        with pytest.raises(SettingsError, match=match):
+            dataclasses.replace(module.Config.quick(), **flat)
+
+
+def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeypatch):
+    """The AlgoFormer at toy size with ``parts = ["fig5"]``: only Fig. 5's ensemble trains, its figure and data file
+    are written, and the claims of the parts left out are one "not applicable" row each (not dropped, not passed)."""
+    from jaxicl.experiments import algoformer as A
+
+    tiny = dataclasses.replace(A.SIZES["quick"], steps=4, chunk=2, d_model=8, n_heads=2, loops=(2, 1),
+                               fig3_loops=((2, 1),), eval_loops=4, iterations=20, test_prompts=16, batch=4)
+    monkeypatch.setitem(A.SIZES, "quick", tiny)
+    assert cli.main(["reproduce", "algoformer", "--out", str(tmp_path), "--set", 'parts=["fig5"]']) in (0, 1)
+    report = (tmp_path / "report.md").read_text()
+    rows = [r for r in (line.split(" | ") for line in report.splitlines() if line.startswith("| Fig")) if len(r) == 5]
+    assert len(rows) == 2 + 3 + 3 and all(r[0].startswith("| Fig. 5") for r in rows[:5])  # Newton, GD; 3 σ; 3 parts
+    assert [(r[0], r[-1]) for r in rows[5:]] == [
+        (f"| {claim}: every claim", f"not applicable: the part {part!r} is not in this run's `parts` |")
+        for claim, part in (("Figs. 2 (regression) and 3", "regression"), ("Fig. 2 (ar)", "ar"), ("Fig. 2 (cot)", "cot"))]
+    assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.png")) == ["fig5_newton_gd.png"]
+    assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.nc")) == ["fig5.nc"]

@@ -96,20 +96,25 @@ def _run_with_settings(module, size: str, config, call):
     return res
 
 
-def _jobs(modules: dict) -> list[tuple[str, str | None]]:
+def _jobs(modules: dict, configs: dict | None = None) -> list[tuple[str, str | None]]:
     """The processes of a ``--jobs`` run: (paper, part) for each part of a paper with ``PARTS`` (independent pieces
-    of work: `PartResult`), else (paper, None)."""
-    return [(name, part) for name, m in modules.items() for part in (getattr(m, "PARTS", None) or (None,))]
+    of work: `PartResult`; those of its effective settings' ``parts``, ``configs``: name -> Config or None), else
+    (paper, None)."""
+    def parts(name, m):
+        return getattr((configs or {}).get(name), "parts", None) or getattr(m, "PARTS", None) or (None,)
+
+    return [(name, part) for name, m in modules.items() for part in parts(name, m)]
 
 
 def _job_name(name: str, part: str | None) -> str:
     return name if part is None else f"{name}/{part}"
 
 
-def runs_in_processes(names: list[str], jobs: int, transformers: bool = True) -> bool:
+def runs_in_processes(names: list[str], jobs: int, transformers: bool = True, configs: dict | None = None) -> bool:
     """Whether `reproduce` runs these papers in processes of their own, one per paper or part of a paper
-    (``jobs`` > 1 and more than one of those to run), rather than in the calling process."""
-    return jobs > 1 and len(_jobs(_modules(names, transformers))) > 1
+    (``jobs`` > 1 and more than one of those to run), rather than in the calling process; ``configs``: the
+    papers' effective settings (`effective_settings`), where any changed."""
+    return jobs > 1 and len(_jobs(_modules(names, transformers), configs)) > 1
 
 
 def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 1) -> None:
@@ -171,7 +176,7 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     modules = _modules(names, transformers)
     configs = effective_settings(modules, size, overrides, transformers)
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
-    if runs_in_processes(names, jobs, transformers) and not plan:
+    if runs_in_processes(names, jobs, transformers, configs) and not plan:
         return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides)
     results = []
     for i, (name, module) in enumerate(modules.items()):
@@ -315,8 +320,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     from concurrent.futures import ThreadPoolExecutor
 
     modules = _modules(names, transformers)
-    todo = _jobs(modules)
     configs = effective_settings(modules, size, overrides, transformers)
+    todo = _jobs(modules, configs)
     devices = AcceleratorOwner()
     results: dict[str, PaperResult] = {}
     parts: dict[str, list[PartResult]] = {name: [] for name in names}
@@ -348,7 +353,7 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             with lock:
                 if part is not None:  # the paper's last part assembles it (datasets -> checks, figures, files)
                     parts[name].append(res)
-                    if len(parts[name]) < len(modules[name].PARTS):
+                    if len(parts[name]) < sum(n == name for n, _ in todo):
                         return
                     res = _run_with_settings(modules[name], size, configs[name], lambda **c: modules[name].assemble(
                         size, out, parts[name], **c))

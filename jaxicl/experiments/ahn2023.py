@@ -64,6 +64,11 @@ class Config(Sized):
     dist_target_thm5: float = 0.25
     seed: int = 0
 
+    def contradictions(self) -> list[str]:
+        return [] if len(self.scales) == self.d else [
+            f"scales has {len(self.scales)} entries but d = {self.d}: they are Σ's spectrum D (Σ = UᵀD²U), one per "
+            "dimension"]
+
 
 # What each setting means (`jaxicl config ahn2023` prints them next to the values)
 SETTINGS_DOCS = {

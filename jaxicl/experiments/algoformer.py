@@ -46,6 +46,11 @@ NAME = "algoformer"
 TRANSFORMERS_ONLY = True  # every figure trains transformers: `jaxicl reproduce --skip-transformers` leaves it out
 TITLE = "AlgoFormer: pre-, looped and post-transformers as algorithm learners (Figs. 2, 3, 5)"
 MODELS = ("standard", "looped", "algoformer")
+# Independent parts of the work, each trained and evaluated by a process of its own under `jaxicl reproduce --jobs`
+# (`run_parts`; finer than the whole paper, so that the processes end together: benchmarks/README.md): Fig. 2
+# one task at a time, the regression task with Fig. 3 (whose (T, ΔT) = cfg.loops is its AlgoFormer), and Fig. 5.
+PARTS = ("regression", "ar", "cot", "fig5")
+FIG2_TASKS = PARTS[:3]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +79,23 @@ class Config(Sized):
     chunk: int
     seed: int = 0
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
+    parts: tuple = PARTS  # the parts to run (`PARTS`); the claims of those left out are "not applicable"
+
+    def contradictions(self) -> list[str]:
+        out = []
+        for key, pairs in (("loops", (self.loops,)), ("fig3_loops", self.fig3_loops)):
+            for pair in pairs:
+                if len(pair) != 2 or not 0 <= pair[1] <= pair[0]:
+                    out.append(f"{key}: {list(pair)} is not a (T, ΔT) with 0 ≤ ΔT ≤ T (eq. 6 averages the loops "
+                               "max(T − ΔT, 1) … T)")
+        if max(T for T, *_ in self.fig3_loops) > self.eval_loops:
+            out.append(f"eval_loops = {self.eval_loops} is below a trained T of fig3_loops: Fig. 3 evaluates past T")
+        if self.d_model % self.n_heads:
+            out.append(f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}")
+        unknown = [p for p in self.parts if p not in PARTS]
+        if unknown or not self.parts or len(set(self.parts)) != len(self.parts):
+            out.append(f"parts {list(self.parts)}: each at most once, of {list(PARTS)}")
+        return out
 
 
 # What each setting means where the Config's own comments do not say (`jaxicl config algoformer`)
@@ -313,13 +335,29 @@ def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
     return checks
 
 
+# What each part's claims are about, for the "not applicable" rows of the parts a run leaves out (`Config.parts`)
+PART_CLAIMS = {"regression": "Figs. 2 (regression) and 3", "ar": "Fig. 2 (ar)", "cot": "Fig. 2 (cot)", "fig5": "Fig. 5"}
+
+
 def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
-    """Every claim of Figs. 2, 3 and 5. The paper's orderings of the architectures (AlgoFormer below the standard
-    and the looped transformer; larger ΔT more stable; AlgoFormer below GD and Newton in the first iterations) are
-    asserted when the models train as the paper trains (`trained_as_paper`), elsewhere "not reproduced" where
-    they fail. The errors are read per position relative to the zero estimator's at that position, so that a
-    sequence whose scale grows along the prompt (the AR task) does not hide what the model learns."""
-    checks = fig2_checks(cfg, ds2, ("regression", "ar", "cot"))
+    """Every claim of Figs. 2, 3 and 5 (of the parts run: a dataset is None, and the claims of a part are one "not
+    applicable" row, where ``cfg.parts`` leaves it out). The paper's orderings of the architectures (AlgoFormer
+    below the standard and the looped transformer; larger ΔT more stable; AlgoFormer below GD and Newton in the first
+    iterations) are asserted when the models train as the paper trains (`trained_as_paper`), elsewhere "not
+    reproduced" where they fail. The errors are read per position relative to the zero estimator's at that
+    position, so that a sequence whose scale grows along the prompt (the AR task) does not hide what the model
+    learns."""
+    checks = fig2_checks(cfg, ds2, [t for t in FIG2_TASKS if t in cfg.parts]) if ds2 is not None else []
+    if ds3 is not None:
+        checks.append(_fig3_check(cfg, ds3))
+    if ds5 is not None:
+        checks += _fig5_checks(cfg, ds5)
+    return checks + [Check(f"{PART_CLAIMS[p]}: every claim", "—", "not run", "—", None, applicable=False,
+                           reason=f"the part {p!r} is not in this run's `parts`") for p in PARTS if p not in cfg.parts]
+
+
+def _fig3_check(cfg: Config, ds3) -> Check:
+    """Fig. 3's claim: a larger ΔT gives more stable inference past the trained T."""
     asserted, why = trained_as_paper(cfg), f"{cfg.steps:,} training steps (paper: 500,000)"
     err = ds3.error.values
     T = ds3["T"].values
@@ -327,11 +365,18 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
     at_T = err[np.arange(len(T)), T - 1]
     ratio = err[:, -1] / at_T
     pairs = [(i, j) for i in range(len(T)) for j in range(len(T)) if T[i] == T[j] and dT[i] > dT[j]]
-    checks.append(paper_claim(
+    return paper_claim(
         f"Fig. 3: larger ΔT gives more stable long-loop inference (error at loop {cfg.eval_loops} ÷ error at T, "
         "same T)", "smaller ratio for larger ΔT", ", ".join(f"{s}: {fmt(r)}" for s, r in zip(ds3.setting.values, ratio)),
         f"strict, {len(pairs)} pair(s) of settings with the same T",
-        bool(pairs) and all(ratio[i] < ratio[j] for i, j in pairs), asserted, why))
+        bool(pairs) and all(ratio[i] < ratio[j] for i, j in pairs), asserted, why)
+
+
+def _fig5_checks(cfg: Config, ds5) -> list[Check]:
+    """Fig. 5's claims: Newton (eq. 4) converges, faster than GD; the AlgoFormer below both in the first
+    iterations."""
+    asserted, why = trained_as_paper(cfg), f"{cfg.steps:,} training steps (paper: 500,000)"
+    checks = []
     i0 = list(ds5.sigma.values).index(0.0) if 0.0 in list(ds5.sigma.values) else None
     if i0 is not None:
         rel = ds5.newton.values[i0, -1] / ds5.zero.values[i0]
@@ -357,9 +402,20 @@ def _figures(out, cfg: Config, ds2, ds3, ds5) -> list[str]:
     import matplotlib.pyplot as plt
 
     figs = []
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, (t, title) in zip(axes, (("regression", "regression with representation"), ("ar", "AR(q) with representation"),
-                                     ("cot", "CoT with MLPs"))):
+    if ds2 is not None:
+        figs.append(_fig2_figure(out, ds2, [t for t in FIG2_TASKS if t in cfg.parts], plt))
+    if ds3 is not None:
+        figs.append(_fig3_figure(out, ds3, plt))
+    if ds5 is not None:
+        figs.append(_fig5_figure(out, cfg, ds5, plt))
+    return figs
+
+
+def _fig2_figure(out, ds2, shown, plt) -> str:
+    titles = {"regression": "regression with representation", "ar": "AR(q) with representation", "cot": "CoT with MLPs"}
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
+    for ax, t in zip(axes[0], shown):
+        title = titles[t]
         x = ds2[f"example_{t}"].values
         for m in MODELS:
             ax.semilogy(x, ds2[f"{t}_{m}"], label=m)
@@ -367,8 +423,10 @@ def _figures(out, cfg: Config, ds2, ds3, ds5) -> list[str]:
         ax.set(xlabel="in-context example (scored position)", ylabel="squared error", title=f"Fig. 2: {title}")
         ax.legend(fontsize=8)
     _mark_figure(fig, ds2)
-    figs.append(save_paper_figure(fig, out, NAME, "fig2_models.png"))
+    return save_paper_figure(fig, out, NAME, "fig2_models.png")
 
+
+def _fig3_figure(out, ds3, plt) -> str:
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(ds3.setting.values):
         (line,) = ax.semilogy(ds3.loops, ds3.error[i], label=str(s))
@@ -377,8 +435,10 @@ def _figures(out, cfg: Config, ds2, ds3, ds5) -> list[str]:
     ax.set(xlabel="loops at evaluation", ylabel="squared error (last example)", title="Fig. 3: effect of T and ΔT")
     ax.legend(fontsize=8)
     _mark_figure(fig, ds3)
-    figs.append(save_paper_figure(fig, out, NAME, "fig3_loops.png"))
+    return save_paper_figure(fig, out, NAME, "fig3_loops.png")
 
+
+def _fig5_figure(out, cfg: Config, ds5, plt) -> str:
     fig, axes = plt.subplots(1, len(ds5.sigma), figsize=(5 * len(ds5.sigma), 4))
     for ax, (i, s) in zip(np.atleast_1d(axes), enumerate(ds5.sigma.values)):
         for k, label in (("algoformer", f"AlgoFormer (trained T = {cfg.loops[0]})"), ("gd", "gradient descent"),
@@ -388,8 +448,7 @@ def _figures(out, cfg: Config, ds2, ds3, ds5) -> list[str]:
         ax.set(xlabel="iteration / loop", ylabel="squared error (last example)", title=f"Fig. 5: σ = {s:g}")
         ax.legend(fontsize=8)
     _mark_figure(fig, ds5)
-    figs.append(save_paper_figure(fig, out, NAME, "fig5_newton_gd.png"))
-    return figs
+    return save_paper_figure(fig, out, NAME, "fig5_newton_gd.png")
 
 
 def _mark_figure(fig, ds) -> None:
@@ -400,19 +459,13 @@ def _mark_figure(fig, ds) -> None:
 def _mark_partial_checks(checks, ds2, ds3, ds5):
     """Checks that read a partially trained model are not asserted (Fig. 5's GD and Newton baselines need no
     training)."""
-    status = {"Fig. 2": ds2.attrs["status"], "Fig. 3": ds3.attrs["status"], "Fig. 5": ds5.attrs["status"]}
+    status = {fig: ds.attrs["status"] for fig, ds in (("Fig. 2", ds2), ("Fig. 3", ds3), ("Fig. 5", ds5)) if ds is not None}
     out = []
     for c in checks:
-        fig = next((f for f in status if c.claim.startswith(f)), None)
+        fig = next((f for f in status if c.claim.startswith(f) and c.applicable), None)
         trained = fig is not None and (fig != "Fig. 5" or "AlgoFormer" in c.claim)
         out += mark_partial([c], status[fig] if trained and status[fig] != "complete" else None)
     return out
-
-
-# Independent parts of the work, each trained and evaluated by a process of its own under `jaxicl reproduce --jobs`
-# (`run_parts`; finer than the whole paper, so that the processes end together: benchmarks/README.md): Fig. 2
-# one task at a time, the regression task with Fig. 3 (whose (T, ΔT) = cfg.loops is its AlgoFormer), and Fig. 5.
-PARTS = ("regression", "ar", "cot", "fig5")
 
 
 def _part_runs(cfg: Config, part: str) -> int:
@@ -451,24 +504,26 @@ def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), pro
 
 
 def assemble(size: str, out: Path, parts: list[PartResult], config: Config | None = None) -> PaperResult:
-    """The paper's checks, figures and data files (``out/algoformer/fig{2,3,5}.nc``) from the results of all
-    `PARTS`, in any order: Fig. 2's dataset joins its tasks'."""
+    """The paper's checks, figures and data files (``out/algoformer/fig{2,3,5}.nc``) from the results of the
+    parts ``cfg.parts`` (every one of `PARTS` by default), in any order: Fig. 2's dataset joins its tasks'."""
     t0 = time.perf_counter()
     cfg = config or SIZES[size]
     out = Path(out)
     by_part = {p.part: p for p in parts}
-    missing = [p for p in PARTS if p not in by_part]
+    missing = [p for p in cfg.parts if p not in by_part]
     if missing:
         raise ValueError(f"{NAME}: the results of part(s) {missing} are missing.")
-    parts = [by_part[p] for p in PARTS]
+    parts = [by_part[p] for p in PARTS if p in cfg.parts]
     fig2_parts = [p.datasets["fig2"] for p in parts if "fig2" in p.datasets]
-    ds2 = xr.merge(fig2_parts, combine_attrs="drop_conflicts")
-    ds2.attrs["status"] = least_complete([d.attrs["status"] for d in fig2_parts])
-    ds3, ds5 = by_part["regression"].datasets["fig3"], by_part["fig5"].datasets["fig5"]
+    ds2 = xr.merge(fig2_parts, combine_attrs="drop_conflicts") if fig2_parts else None
+    if ds2 is not None:
+        ds2.attrs["status"] = least_complete([d.attrs["status"] for d in fig2_parts])
+    ds3, ds5 = (by_part[p].datasets[f] if p in by_part else None for p, f in (("regression", "fig3"), ("fig5", "fig5")))
     data = []
     for ds, name in ((ds2, "fig2.nc"), (ds3, "fig3.nc"), (ds5, "fig5.nc")):
-        save_dataset(ds, out / NAME / name)
-        data.append(f"{NAME}/{name}")
+        if ds is not None:
+            save_dataset(ds, out / NAME / name)
+            data.append(f"{NAME}/{name}")
     notes = [
         f"Size `{size}`: regression d = {cfg.d}, N = {cfg.N} (Φ*: {cfg.d}→{cfg.phi_width}→{cfg.phi_width}→{cfg.d} "
         f"leaky ReLU); AR(q) d = {cfg.ar_d}, q = {cfg.ar_q}, {cfg.ar_N} steps; CoT d = {cfg.cot_d}, depth "
@@ -482,7 +537,8 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         "paper's (`--full`); at a shorter training they are shown \"not reproduced\" where they do not hold.",
     ]
     figures = _figures(out, cfg, ds2, ds3, ds5)
-    partial = {fig: ds.attrs["status"] for fig, ds in zip(figures, (ds2, ds3, ds5)) if ds.attrs["status"] != "complete"}
+    drawn = [ds for ds in (ds2, ds3, ds5) if ds is not None]
+    partial = {fig: ds.attrs["status"] for fig, ds in zip(figures, drawn) if ds.attrs["status"] != "complete"}
     seconds = sum(p.seconds for p in parts) + time.perf_counter() - t0
     return PaperResult(NAME, TITLE, size, _mark_partial_checks(_checks(cfg, ds2, ds3, ds5), ds2, ds3, ds5), figures,
                        data, seconds, notes, [s for p in parts for s in p.stages], partial)
@@ -490,5 +546,6 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
 
 def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
         budget: TimeBudget | None = None, config: Config | None = None) -> PaperResult:
-    """Every part (`run_parts`), then `assemble`; at ``size``, or at the settings ``config``."""
-    return assemble(size, out, run_parts(PARTS, size, out, progress, budget, config), config)
+    """Every part of ``cfg.parts`` (`run_parts`), then `assemble`; at ``size``, or at the settings ``config``."""
+    parts = (config or SIZES[size]).parts
+    return assemble(size, out, run_parts(parts, size, out, progress, budget, config), config)

@@ -68,6 +68,11 @@ class Config(Sized):
     learned_iterations: int = 200
     seed: int = 0
 
+    def contradictions(self) -> list[str]:
+        wide = [w for w in self.fig2_windows if w >= 1]
+        return [f"fig2_windows {wide} reach s ≤ 0: the training scales start at 1 (§5: [1, 8]), so every window "
+                "w must be below 1"] if wide else []
+
 
 # What each setting means (`jaxicl config gatmiry2024` prints them next to the values)
 SETTINGS_DOCS = {
@@ -255,6 +260,36 @@ def fig2_sweep(cfg: Config, key, progress: bool = False) -> xr.Dataset:
 
 
 # --- theory checks (float64) -------------------------------------------------------------------------
+def _depth_law_checks(cfg: Config, need: dict) -> list[Check]:
+    """The depth each construction needs for worst error ≤ ε against Thms 2 and 4's laws. The closed forms give
+    the depth exactly: the least L with ((κ−1)/(κ+1))^L ≤ ε (GD), with T_L((κ+1)/(κ−1)) ≥ 1/ε (Chebyshev), i.e.
+    ⌈x(κ)⌉ for x = log(1/ε)/log((κ+1)/(κ−1)) and arccosh(1/ε)/arccosh((κ+1)/(κ−1)), which grow like κ·log(1/ε)/2 and
+    √κ·log(2/ε)/2. Asserted: the slope of log L against log κ (least squares over ``cfg.construct_kappas``) equals
+    the slope of log x(κ), within the largest change that rounding x up to an integer can make to it
+    (Σ_i |w_i|·log(1 + 1/x_i), w the least-squares weights): a tolerance from the settings, not from one run. With a
+    single κ there is no slope: "not applicable"."""
+    kappas = np.asarray(cfg.construct_kappas, float)
+    z = (kappas + 1) / (kappas - 1)
+    laws = (("gd", 1.0, "κ·log(1/ε)", np.log(1 / cfg.eps) / np.log(z)),
+            ("chebyshev", 0.5, "√κ·log(1/ε)", np.arccosh(1 / cfg.eps) / np.arccosh(z)))
+    logk = np.log(kappas)
+    checks = []
+    for name, expo, law, x in laws:
+        depth = np.array([need[(name, k)] for k in cfg.construct_kappas], float)
+        claim = f"depth for worst error ≤ {cfg.eps:g} grows like {law} ({name})"
+        if len(set(kappas)) < 2:
+            checks.append(Check(claim, f"slope of log L vs log κ = {expo}", f"L = {fmt(depth, 5)}", "—", None,
+                                applicable=False, reason=f"one κ ({kappas[0]:g}): a slope needs two or more"))
+            continue
+        w = (logk - logk.mean()) / np.sum((logk - logk.mean()) ** 2)
+        slope, exact = float(w @ np.log(depth)), float(w @ np.log(x))
+        tol = float(np.abs(w) @ np.log1p(1 / x))
+        checks.append(Check(claim, f"slope {exact:.4f} (closed-form depths ⌈x(κ)⌉ = {fmt(np.ceil(x), 5)}; → {expo} as "
+                            "κ → ∞)", f"L = {fmt(depth, 5)}, slope {slope:.4f}",
+                            f"{tol:.1e} (rounding L up to an integer)", bool(abs(slope - exact) <= tol)))
+    return checks
+
+
 def check_constructions(cfg: Config):
     """Worst-case errors of GD / Chebyshev through the model, Newton through its matrix iteration;
     depth needed for ε and its growth with κ. Returns (checks, dataset)."""
@@ -285,14 +320,7 @@ def check_constructions(cfg: Config):
         need[("chebyshev", kappa)] = G.depth_needed(
             lambda L, k=kappa: G.worst_case_error(lambda s: G.residual_polynomial(G.chebyshev_steps(1.0, k, L), s), 1.0, k, grid=4001),
             cfg.eps, L_max=int(np.sqrt(kappa) * np.log(2 / cfg.eps)) + 10)
-    logk = np.log(cfg.construct_kappas)
-    for name, expo, law in (("gd", 1.0, "κ·log(1/ε)"), ("chebyshev", 0.5, "√κ·log(1/ε)")):
-        depth = np.array([need[(name, k)] for k in cfg.construct_kappas], float)
-        slope = np.polyfit(logk, np.log(depth), 1)[0]
-        ratio = depth / (np.asarray(cfg.construct_kappas) ** expo * np.log(1 / cfg.eps))
-        checks.append(Check(f"depth for worst error ≤ {cfg.eps:g} grows like {law} ({name})", f"slope of log L vs log κ = {expo}",
-                            f"L = {fmt(depth, 5)}, slope {slope:.3f}, L/({law}) = {fmt(ratio, 3)}", "|slope − exponent| ≤ 0.05",
-                            bool(abs(slope - expo) <= 0.05)))
+    checks += _depth_law_checks(cfg, need)
     ds = xr.Dataset(
         {"simulated": (("kappa", "depth", "method"), np.array([r[2] for r in rows]).reshape(len(cfg.construct_kappas), -1, 3)),
          "formula": (("kappa", "depth", "method"), np.array([r[3] for r in rows]).reshape(len(cfg.construct_kappas), -1, 3)),
@@ -512,8 +540,13 @@ def learned_steps_sweep(cfg: Config) -> xr.Dataset:
 
 
 def _learned_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
+    """The learned steps against Chebyshev's. Their worst-case error is asserted within what the objective allows:
+    the smooth maximum (mean_s e(s)^p)^{1/p} over n grid points lies between n^{−1/p}·max e and max e, so steps that
+    minimise it at the largest p have a worst error at most n^{1/p} times Chebyshev's (the minimax optimum): the
+    tolerance is n^{1/p} − 1 for ``cfg.learned_grid`` and ``cfg.learned_powers``, not a constant."""
     step_dev = np.abs(ds.learned.values / ds.chebyshev.values - 1)
     err_dev = np.abs(ds.learned_worst_error.values / ds.chebyshev_worst_error.values - 1)
+    err_tol = cfg.learned_grid ** (1 / max(cfg.learned_powers)) - 1
     return [
         Check(f"Learned step sizes (∂ of the error after k = {cfg.learned_steps} GD steps, through the runs) recover "
               "Chebyshev's a_t = 1/λ_t (Thm 2), κ = " + ", ".join(f"{k:g}" for k in ds.kappa.values),
@@ -521,7 +554,9 @@ def _learned_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
               f"{fmt(step_dev.max(axis=1), 2)})", "≤ 1e-2", bool(step_dev.max() <= 1e-2)),
         Check("Their worst-case error over [1, κ] reaches 1/T_k((κ+1)/(κ−1))", fmt(ds.chebyshev_worst_error.values, 4),
               fmt(ds.learned_worst_error.values, 4) + f" (max relative excess {err_dev.max():.1e}; GD with the best "
-              f"constant step: {fmt(ds.gd_worst_error.values, 3)})", "≤ 1e-2", bool(err_dev.max() <= 1e-2)),
+              f"constant step: {fmt(ds.gd_worst_error.values, 3)})",
+              f"≤ {err_tol:.1e} (n^(1/p) − 1: smooth maximum over n = {cfg.learned_grid} points, p = "
+              f"{max(cfg.learned_powers):g})", bool(err_dev.max() <= err_tol)),
     ]
 
 

@@ -26,7 +26,22 @@ from typing import Any
 from .. import _validate
 
 
-class Sized:
+class Consistent:
+    """Base of a settings dataclass whose fields can contradict each other (`contradictions`): such a one is refused
+    when it is made."""
+
+    def __post_init__(self):
+        problems = self.contradictions()
+        if problems:
+            raise SettingsError("settings that contradict each other: " + "; ".join(problems) + ".")
+
+    def contradictions(self) -> list[str]:
+        """The settings of this Config that contradict each other, each with its reason: a Config that has any is
+        refused when it is made (``--set``, ``--config``, ``dataclasses.replace``), before any work."""
+        return []
+
+
+class Sized(Consistent):
     """Base of a paper's ``Config``: ``Config.quick()`` and ``Config.full()`` are its module's ``SIZES``; change any
     setting with ``dataclasses.replace``."""
 

@@ -33,14 +33,14 @@ from ..sweep import sweep
 from ..theory import yang as Y
 from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, save_dataset, save_paper_figure
-from .settings import Sized
+from .settings import Consistent, Sized
 
 NAME = "yang2024"
 TITLE = "In-context learning with representations: contextual generalization of trained transformers (Yang et al.)"
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(Consistent):
     """Figs. 2(b) and 5 (§4): a ``n_layers``-layer transformer (GPT-2 blocks: pre-LN, causal softmax attention,
     GELU MLP of width ``d_ff``) reads the prompt as tokens (v_k, y_k) / (v_k, 0) and predicts all K labels;
     Adam on fresh batches of prompts (an unbiased estimate of the population loss (9)). Fig. 2(b) is the
@@ -63,6 +63,14 @@ class TransformerConfig:
     test_prompts: int = 200  # the paper's test sets
     smooth: int = 100  # steps averaged for a "final" training loss (one fresh batch per step)
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
+
+    def contradictions(self) -> list[str]:
+        out = [] if self.N < self.K else [f"transformer.N = {self.N} is not below transformer.K = {self.K}: a prompt "
+                                          "shows N of the K tokens and asks for the others"]
+        uneven = sorted({h for h in (self.heads, *self.fig5_heads) if self.d_model % h})
+        if uneven:
+            out.append(f"transformer.d_model = {self.d_model} is not divisible by the head count(s) {uneven}")
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +114,12 @@ class Config(Sized):
     # Figs. 2(b) and 5: a 4-layer transformer (None: skip)
     transformer: TransformerConfig | None = TransformerConfig()
     seed: int = 0
+
+    def contradictions(self) -> list[str]:
+        """A prompt shows N of the K tokens (§2: N < K), at every size the reproduction uses."""
+        pairs = [("N", self.N, "K", self.K), ("th_N", self.th_N, "th_K", self.th_K)]
+        pairs += [(f"fig3_Ns entry", n, "K", self.K) for n in (*self.fig3_Ns, *self.fig3_mc_Ns)]
+        return [f"{a} = {n} is not below {b} = {k}: a prompt shows N of the K tokens" for a, n, b, k in pairs if n >= k]
 
 
 TRANSFORMER_SETTINGS = "transformer"  # off under --skip-transformers

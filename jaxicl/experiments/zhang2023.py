@@ -29,14 +29,14 @@ from ..dynamics import Curriculum, train
 from ..theory import zhang
 from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
 from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, powered_mean_and_se, save_dataset, save_paper_figure
-from .settings import Sized
+from .settings import Consistent, Sized
 
 NAME = "zhang2023"
 TITLE = "Trained Transformers Learn Linear Models In-Context (Zhang, Frei & Bartlett)"
 
 
 @dataclasses.dataclass(frozen=True)
-class GPT2Config:
+class GPT2Config(Consistent):
     """Fig. 1 (App. E): a GPT-2-style transformer (``n_layers`` pre-LN blocks of width ``d_model``) trained on
     d-dimensional noiseless linear regression with N examples per prompt, one model per (covariance, N)."""
 
@@ -53,6 +53,10 @@ class GPT2Config:
     test_prompts: int = 2048
     chunk: int = 250
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
+
+    def contradictions(self) -> list[str]:
+        return [f"gpt2.d_model = {self.d_model} is not divisible by gpt2.n_heads = {self.n_heads}"] \
+            if self.d_model % self.n_heads else []
 
 
 @dataclasses.dataclass(frozen=True)
