@@ -20,9 +20,9 @@ set -uo pipefail
 read -r T_BENCH T_OLS T_SLICE1 T_SLICE2 T_PLAN_A T_PLAN_Y T_ZHANG <<< "${ENSEMBLE_CHECK_TIMEOUTS:-120 25 60 45 35 55 200}"
 source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
 if [ "${ENSEMBLE_CHECK_SIZE:-paper}" = quick ]; then
-  BENCH="--config quick --dtype float32" SIZE=--quick OLS="--prompts 64 --d 5 --M 41"
+  BENCH="--config quick --dtype float32" SIZE=--quick OLS="--prompts 64 --d 5 --M 41" K=4  # host memory: no auto
 else
-  BENCH="--config paper --dtype bfloat16" SIZE=--full OLS="--prompts 1024"
+  BENCH="--config paper --dtype bfloat16" SIZE=--full OLS="--prompts 1024" K=auto
 fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$GPU" in *H100*|*H200*) PEAK=${PEAK_TFLOPS:-989} ;; *) PEAK=${PEAK_TFLOPS:-} ;; esac
@@ -32,7 +32,7 @@ step() {  # step LABEL TIMEOUT CMD...: the command's output to the log and the t
   local t0 rc
   t0=$(date +%s.%N)
   echo "## $label"
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$DIR/$label.log" | grep -v "it/s\]\|step/s\]"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$DIR/$label.log" | grep --line-buffered -v "it/s\]\|step/s\]"
   rc=${PIPESTATUS[0]}
   echo "($label: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s, exit status $rc)"
   echo
@@ -44,8 +44,8 @@ echo "GPU: ${GPU:-none}; $(nproc) CPUs; peak for the fraction: ${PEAK:-not given
 echo
 export -f bench
 export BENCH
-step bench "$T_BENCH" bash -c "bench --only algoformer_algoformer; bench --only algoformer_algoformer --ensemble auto; \
-  bench --only zhang; bench --only zhang --ensemble auto"
+step bench "$T_BENCH" bash -c "bench --only algoformer_algoformer; bench --only algoformer_algoformer --ensemble $K; \
+  bench --only zhang; bench --only zhang --ensemble $K"
 # shellcheck disable=SC2086
 step ols "$T_OLS" python3 benchmarks/bench_ols.py $OLS
 T_SLICES=("$T_SLICE1" "$T_SLICE2")

@@ -253,6 +253,15 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     bad = G._fig1_checks(fig1(untrained=True, looped_factor=3.0), full)
     for part in ("depth helps", "more task diversity", "competitive with L layers"):
         assert_verdict(bad, part, "FAIL")
+    # one κ, one depth: the trends have no premise (an empty comparison would pass whatever the numbers)
+    one = fig1(untrained=True).isel(kappa=[0], depth=[0])
+    few = G._fig1_checks(one, dataclasses.replace(full, kappas=(2.0,), depths=(1,)))
+    for part in ("depth helps", "more task diversity"):
+        assert_verdict(few, part, "not applicable")
+    # depths and κ in any order: the smallest L and the κ order are read from the settings
+    shuffled = fig1().isel(kappa=[2, 0, 1], depth=[4, 0, 1, 2, 3])
+    cfg_s = dataclasses.replace(full, kappas=tuple(kappas[[2, 0, 1]]), depths=tuple(depths[[4, 0, 1, 2, 3]]))
+    assert_all_asserted_pass(G._fig1_checks(shuffled, cfg_s), 3)
 
     def fig2(looped_growth):
         w = np.array([0.0, 0.25, 0.5])
@@ -445,7 +454,7 @@ def test_yang_fig3_and_fig4_checks():
     v = np.abs(Ns - cfg.fig3_m) / 100.0  # the V of the paper's Fig. 3
     n_mc = np.array(cfg.fig3_mc_Ns)
 
-    def fig3(gap, mc_factor=1.0):
+    def fig3(gap, mc_factor=1.0, Ns=Ns, n_mc=n_mc):
         exact = np.interp(n_mc, Ns, gap)
         return xr.Dataset({"expected_gap": (("seed", "N"), np.stack([gap, gap * 1.1])),
                            "mc_gap": ("N_mc", exact * mc_factor), "mc_se": ("N_mc", exact * 0.005)},
@@ -460,6 +469,12 @@ def test_yang_fig3_and_fig4_checks():
     assert_verdict(bad, "Monte-Carlo gap is 0", "FAIL")
     bump = v * (1 + 0.5 * np.sin(Ns / 7.0))  # zero at m, but not monotone on either side
     assert_verdict(E._fig3_checks(fig3(bump), cfg), "the closer N is to m", "not reproduced")
+    # settings whose N grid leaves out m (or one side of it): the claims about N = m have no premise there
+    Ns, n_mc = Ns[Ns > cfg.fig3_m], n_mc[n_mc > cfg.fig3_m]
+    away = dataclasses.replace(cfg, fig3_Ns=tuple(Ns.tolist()), fig3_mc_Ns=tuple(n_mc.tolist()))
+    checks = E._fig3_checks(fig3(np.abs(Ns - cfg.fig3_m) / 100.0, Ns=Ns, n_mc=n_mc), away)
+    for part in ("vanishes at N = m", "the closer N is to m", "Monte-Carlo gap is 0"):
+        assert_verdict(checks, part, "not applicable")
 
     H = np.array(cfg.fig4_heads)
     curv = np.where(H == 400, 1.0, 0.1)  # η_w = 3 is above 2/λ_max only for H = 400
@@ -590,6 +605,8 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
     assert_all_asserted_pass(E._sweep_checks(*sweeps()), 5)
     bad = E._sweep_checks(*sweeps(tf_factor=1.2, gd_factor=0.5, depth_helps=False))
     assert [c.verdict for c in bad] == ["FAIL"] * 5
+    depth, ctx = sweeps()
+    assert_verdict(E._sweep_checks(depth.isel(depth=[1]), ctx), "decreases with depth", "not applicable")
 
 
 def test_zhang_fig1_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():

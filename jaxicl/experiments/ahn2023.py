@@ -65,9 +65,13 @@ class Config(Sized):
     seed: int = 0
 
     def contradictions(self) -> list[str]:
-        return [] if len(self.scales) == self.d else [
+        out = [] if len(self.scales) == self.d else [
             f"scales has {len(self.scales)} entries but d = {self.d}: they are Σ's spectrum D (Σ = UᵀD²U), one per "
             "dimension"]
+        if self.n_layers < 2:
+            out.append(f"n_layers = {self.n_layers}: Figs. 3–4 (Thm 5) read B_i for i < L − 1 and ‖A_i‖ across "
+                       "layers, which need two layers or more")
+        return out
 
 
 # What each setting means (`jaxicl config ahn2023` prints them next to the values)
@@ -516,7 +520,10 @@ def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset) -> list[Check]:
         checks.append(Check(f"Σ⁻¹-preconditioned GD ≤ plain GD (best steps), every {dim}", "PGD ≤ GD",
                             f"GD {fmt(gd, 3)}", "—", bool(np.all(pgd <= gd * 1.02))))
     tf_depth = ds_depth.transformer.mean("seed").values
-    checks.append(Check("test loss decreases with depth", "decreasing", fmt(tf_depth, 3), "—", bool(np.all(np.diff(tf_depth) < 0))))
+    order = np.argsort(ds_depth.depth.values)
+    premise = {} if len(order) > 1 else {"applicable": False, "reason": "one depth: a trend needs two or more"}
+    checks.append(Check("test loss decreases with depth", "decreasing", fmt(tf_depth, 3), "—",
+                        bool(np.all(np.diff(tf_depth[order]) < 0)), **premise))
     return checks
 
 

@@ -360,16 +360,21 @@ def _fig3_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     return [
         Check(f"Fig. 3 / §3.2: the gap vanishes at N = m = {cfg.fig3_m} and is smallest there ({cfg.fig3_seeds} feature draws)",
               "0 at N = m; argmin = m", f"max gap at N = m: {np.abs(at_m).max():.2g}; argmin N {sorted(set(Ns[np.argmin(g, axis=1)].tolist()))}",
-              "1e-10 · max gap", bool(np.abs(at_m).max() <= 1e-10 * g.max() and np.all(Ns[np.argmin(g, axis=1)] == cfg.fig3_m))),
+              "1e-10 · max gap", bool(np.abs(at_m).max() <= 1e-10 * g.max() and np.all(Ns[np.argmin(g, axis=1)] == cfg.fig3_m)),
+              **({} if cfg.fig3_m in Ns else {"applicable": False, "reason": f"fig3_Ns does not hold N = fig3_m = "
+                                                                               f"{cfg.fig3_m}"})),
         mc_check(f"Fig. 3: closed-form expected gap = Monte Carlo ({cfg.fig3_mc} prompts, N ≠ m)", exact0[off], mc[off],
                  se[off], predicted=fmt(exact0[off], 3), simulated=fmt(mc[off], 3)),
         Check("Fig. 3: at N = m the Monte-Carlo gap is 0 on every prompt", "0", fmt(mc[~off], 3), "abs 1e-12",
-              bool(np.all(np.abs(mc[~off]) < 1e-12))),
+              bool(np.all(np.abs(mc[~off]) < 1e-12)), **({} if (~off).any() else {
+                  "applicable": False, "reason": f"fig3_mc_Ns does not hold N = fig3_m = {cfg.fig3_m}"})),
         paper_claim(f"Fig. 3: the closer N is to m, the smaller the gap (mean over {g.shape[0]} draws: decreasing "
                     "below m, increasing above)", "monotone on each side", f"{'yes' if mono else 'no'} (each draw alone: "
                     f"{per_draw} of {g.shape[0]}; the mean gap: {fmt(mean, 2)} for N = {fmt(Ns, 3)})", "strict", mono,
                     assert_if=False, reason="the gap here is the exact expectation (20) of this model, with no training "
-                    "or sampling to blame: it is smallest at N = m and grows next to it, but falls again far from m"),
+                    "or sampling to blame: it is smallest at N = m and grows next to it, but falls again far from m"
+                    if below.size > 1 and above.size > 1 else f"fig3_Ns needs two N or more on each side of m = "
+                    f"{cfg.fig3_m}", applies=below.size > 1 and above.size > 1),
     ]
 
 
