@@ -37,7 +37,7 @@ step() {  # step LABEL TIMEOUT CMD...: the command's output to the log and the t
   echo "($label: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s, exit status $rc)"
   echo
 }
-reproduce() { python3 -m jaxicl.cli reproduce "$@" --cache-dir "$DIR/cache"; }
+REPRODUCE="python3 -m jaxicl.cli reproduce --cache-dir $DIR/cache"  # (timeout runs commands, not shell functions)
 bench() { python3 benchmarks/bench_transformer.py $BENCH "$@"; }
 echo "# ensemble check, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "GPU: ${GPU:-none}; $(nproc) CPUs; peak for the fraction: ${PEAK:-not given} TFLOP/s; size ${SIZE#--}"
@@ -51,13 +51,13 @@ step ols "$T_OLS" python3 benchmarks/bench_ols.py $OLS
 T_SLICES=("$T_SLICE1" "$T_SLICE2")
 for slice in 1 2; do  # chunks of 200 steps, so that a slice of a minute trains several
   limit=${T_SLICES[$((slice - 1))]}
-  step "slice-$slice" "$limit" reproduce algoformer "$SIZE" --set 'parts=["regression"]' --set chunk=200 \
+  step "slice-$slice" "$limit" $REPRODUCE algoformer "$SIZE" --set 'parts=["regression"]' --set chunk=200 \
     --set "fig3_loops=[$(python3 -c "from jaxicl.experiments import algoformer as A; print(list(A.SIZES['${SIZE#--}'].loops))")]" \
     --budget "$(awk "BEGIN {print ($limit - 15) / 60}")" --out "$DIR/slices" --progress
 done
-step plan-algoformer "$T_PLAN_A" reproduce algoformer "$SIZE" --plan --out "$DIR/plan-algoformer"
-step plan-yang "$T_PLAN_Y" reproduce yang2024 "$SIZE" --plan --out "$DIR/plan-yang2024"
-step zhang-full "$T_ZHANG" reproduce zhang2023 "$SIZE" --plan --out "$DIR/plan-zhang2023" --progress
+step plan-algoformer "$T_PLAN_A" $REPRODUCE algoformer "$SIZE" --plan --out "$DIR/plan-algoformer"
+step plan-yang "$T_PLAN_Y" $REPRODUCE yang2024 "$SIZE" --plan --out "$DIR/plan-yang2024"
+step zhang-full "$T_ZHANG" $REPRODUCE zhang2023 "$SIZE" --plan --out "$DIR/plan-zhang2023" --progress
 for paper in algoformer yang2024 zhang2023; do
   grep -h -A12 "Training plan" "$DIR/plan-$paper/report.md" 2>/dev/null
 done

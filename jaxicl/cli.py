@@ -184,8 +184,10 @@ def _cmd_stage_sweep(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    from .experiments.settings import SettingsError
+    from .experiments.stage_sweep import sweep_stage
     from .sweep import SweepConfigError
-    from .sweep_config import ConfigError, load_config, run_config
+    from .sweep_config import ConfigError, as_stage, load_config
 
     if args.stage or args.list_stages:
         return _cmd_stage_sweep(args)
@@ -196,9 +198,10 @@ def _cmd_sweep(args) -> int:
     _use_cache(args)
     try:
         cfg = load_config(args.config)
+        grid, overrides, out = as_stage(cfg)  # the file is one case of `--stage lsa:flow`
         with watchdog.watching():  # a deadlocked sweep is started again, and resumes from its finished chunks
-            ds = run_config(cfg, progress=args.progress or None)
-    except (ConfigError, SweepConfigError) as e:
+            ds = sweep_stage("lsa:flow", grid, overrides=overrides, out=out, progress=args.progress)
+    except (ConfigError, SweepConfigError, SettingsError) as e:
         print(f"jaxicl sweep: {e}", file=sys.stderr)
         return 2
     out = Path(cfg["outputs"]["dir"])

@@ -84,3 +84,28 @@ def test_stage_sweep_command_line(tmp_path, capsys):
     ds = xr.load_dataset(tmp_path / "sweep.nc", engine="h5netcdf")
     # the proved OOD bound εδ′²d·9^(L−1) scales with d, point by point
     np.testing.assert_allclose(ds.bound_proved.sel(d=4).values / ds.bound_proved.sel(d=3).values, 4 / 3, rtol=1e-12)
+
+
+def test_the_lsa_toml_sweep_is_one_case_of_a_stage_sweep_in_one_program(tmp_path, monkeypatch, capsys):
+    """`jaxicl sweep --stage lsa:flow --grid ...` and `jaxicl sweep FILE.toml` with the same settings give the same
+    dataset; the grid over κ and N runs as one call of the stage (one vmapped program: `jaxicl.sweep`), not point by
+    point, and its final losses are Lemma 5.3's minimum."""
+    from jaxicl.experiments import lsa_sweep
+
+    calls = []
+    flow = lsa_sweep.flow
+    monkeypatch.setitem(lsa_sweep.SWEEPABLE, "flow", lambda *a, **k: calls.append(k["grid"]) or flow(*a, **k))
+    lsa_sweep.SWEEPABLE["flow"].grid_axes = flow.grid_axes
+    args = ["--grid", "kappa=[1, 4]", "--grid", "n_context=[5, 10]", "--set", "d=3", "--set", "t1=200.0"]
+    assert cli.main(["sweep", "--stage", "lsa:flow", *args, "--out", str(tmp_path / "stage")]) == 0
+    assert calls == [{"kappa": [1.0, 4.0], "n_context": [5, 10]}]
+    toml = tmp_path / "lsa.toml"
+    toml.write_text(f'[task]\nd = 3\n[dynamics]\nt1 = 200.0\n[grid]\nkappa = [1.0, 4.0]\nn_context = [5, 10]\n'
+                    f'[outputs]\ndir = "{tmp_path / "file"}"\n')
+    assert cli.main(["sweep", str(toml)]) == 0
+    assert len(calls) == 2 and "wrote" in capsys.readouterr().out
+    a = xr.load_dataset(tmp_path / "stage" / "dataset.nc", engine="h5netcdf")
+    b = xr.load_dataset(tmp_path / "file" / "dataset.nc", engine="h5netcdf")
+    xr.testing.assert_allclose(a, b, rtol=0, atol=0)
+    assert dict(a.sizes) == {"kappa": 2, "n_context": 2, "seed": 1, "save": 40}
+    np.testing.assert_allclose(a.final_loss.values, a.theory_min_loss.values, rtol=1e-6)

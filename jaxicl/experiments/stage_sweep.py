@@ -13,7 +13,9 @@ validated like ``--set`` before any work, on top of ``size`` and ``overrides``) 
 
 The points run one after another, each a full stage with its own compiled programs; points whose shapes agree reuse
 them (JAX's compilation caches), so a grid over a value (σ, κ, a step count) compiles once and one over a size (d,
-depth) once per size. A setting the stage itself sweeps as one vmapped program (e.g. Gatmiry's ``kappas``) is set
+depth) once per size. A stage whose function names ``grid_axes`` sweeps a grid over those settings itself, as one
+compiled, vmapped program (``jaxicl.sweep``): ``lsa:flow``, the LSA flow sweep that ``jaxicl sweep FILE.toml`` runs
+(`BUILTIN`), takes κ, N and the seed that way. A setting the stage itself sweeps as one vmapped program (e.g. Gatmiry's ``kappas``) is set
 as a whole with ``--set``, not gridded. With ``out``, each point's dataset is written as it finishes
 (``out/points/point-K.nc``, carrying a digest of its settings): an interrupted sweep run again resumes, computing only
 the points missing or whose settings changed.
@@ -34,20 +36,26 @@ from . import settings
 from .report import save_dataset
 
 
+# Stages that are not a paper's: name -> module (with ``SIZES`` and ``SWEEPABLE`` like a reproduction's)
+BUILTIN = {"lsa": "jaxicl.experiments.lsa_sweep"}  # the LSA flow sweep of `jaxicl sweep FILE.toml`
+
+
 def _module(paper: str):
     from . import REPRODUCTIONS, available
 
+    if paper in BUILTIN:
+        return importlib.import_module(BUILTIN[paper])
     if paper not in REPRODUCTIONS:
-        raise settings.SettingsError(f"unknown reproduction {paper!r}; one of {available()}.")
+        raise settings.SettingsError(f"unknown reproduction {paper!r}; one of {available() + list(BUILTIN)}.")
     return importlib.import_module(f"jaxicl.experiments.{paper}")
 
 
 def stages() -> dict[str, str]:
-    """``"paper:stage"`` -> what it computes, for every reproduction's ``SWEEPABLE`` stages."""
+    """``"paper:stage"`` -> what it computes, for every reproduction's ``SWEEPABLE`` stages (and `BUILTIN`'s)."""
     from . import available
 
     out = {}
-    for paper in available():
+    for paper in available() + list(BUILTIN):
         for name, fn in getattr(_module(paper), "SWEEPABLE", {}).items():
             out[f"{paper}:{name}"] = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
     return out
@@ -120,6 +128,16 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
         raise settings.SettingsError(f"size must be one of {sorted(module.SIZES)}, got {size!r}.")
     base = settings.apply(module.SIZES[size], overrides or {})
     points = _points(base, grid)
+    attrs = dict(stage=stage, size=size, grid=json.dumps({k: list(v) for k, v in grid.items()}),
+                 settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}))
+    if set(grid) <= set(getattr(fn, "grid_axes", ())):  # the stage sweeps these itself, as one program
+        whole = {k: list(dict.fromkeys(getattr(cfg, k) for _, cfg in points)) for k in grid}  # validated values
+        with jax.enable_x64(getattr(module, "STAGE_X64", True)):
+            ds = fn(base, grid=whole, out=out, progress=progress)
+        ds = ds.assign_attrs(attrs)
+        if out is not None:
+            save_dataset(ds, Path(out) / "sweep.nc")
+        return ds
     folder = None if out is None else Path(out) / "points"
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -150,8 +168,7 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
     stacked = stacked.set_index(point=keys).unstack("point") if len(keys) > 1 else stacked.swap_dims(point=keys[0])
     if claims is not None:
         stacked["check_claim"] = claims
-    stacked.attrs.update(stage=stage, size=size, grid=json.dumps({k: list(v) for k, v in grid.items()}),
-                         settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}))
+    stacked.attrs.update(attrs)
     if out is not None:
         save_dataset(stacked, Path(out) / "sweep.nc")
     return stacked
