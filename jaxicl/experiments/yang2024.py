@@ -173,12 +173,20 @@ def check_prop1(cfg: Config, key) -> list[Check]:
               "ζ0 > 0", f"min ζ0/‖Z̄‖² = {fmt(z_full, 3)} (H = N, 2N)", f"> {full_rank:g} (round-off: ~1e-16)",
               bool(z_full > full_rank)),
         Check(f"Prop. 1 at the paper's size (H = {cfg.heads} ≥ N = {cfg.N}, 4 inits)", "ζ0 > 0",
-              f"min ζ0/‖Z̄‖² = {fmt(z_paper.min(), 3)}", f"> {full_rank:g} (round-off: ~1e-16)", bool(z_paper.min() > full_rank)),
+              f"min ζ0/‖Z̄‖² = {fmt(z_paper.min(), 3)}", f"> {full_rank:g} (round-off: ~1e-16)", bool(z_paper.min() > full_rank),
+              **_prop1_premise(cfg)),
         Check("H < N heads cannot give full row rank (rank B_k ≤ H)", "ζ0 = 0",
               f"max ζ0/‖Z̄‖² = {fmt(np.abs(z[cfg.th_N - 1]).max(), 2)} (H = N − 1)", "< 1e-14",
               bool(np.abs(z[cfg.th_N - 1]).max() < 1e-14)),
     ]
     return checks
+
+
+def _prop1_premise(cfg: Config) -> dict:
+    """Prop. 1 (and through it Assumption 2, hence Thm 2's convergence) needs H ≥ N: the arguments that make a claim
+    resting on it "not applicable" at settings with fewer heads."""
+    return {} if cfg.heads >= cfg.N else {"applicable": False, "reason": f"heads = {cfg.heads} < N = {cfg.N}: Prop. 1 "
+                                                                           "(Assumption 2, Thm 2) needs H ≥ N"}
 
 
 def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
@@ -304,13 +312,14 @@ def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     drop = float(ds.excess[-1] / ds.excess[0])
     out = [Check(f"Fig. 2(a): training loss converges linearly to L⋆ = {ds.attrs['L_star']:.4g} (H = {cfg.heads}, {cfg.steps} GD steps)",
                  "slope of log Δ < 0", f"slope {slope:.3g}/step; L: {float(ds.loss[0]):.3g} → {float(last.loss):.4g} "
-                 f"(Δ(T)/Δ(0) = {drop:.2g})", "slope < 0 and Δ(T) ≤ 1e-2 Δ(0)", bool(slope < 0 and drop <= 1e-2))]
+                 f"(Δ(T)/Δ(0) = {drop:.2g})", "slope < 0 and Δ(T) ≤ 1e-2 Δ(0)", bool(slope < 0 and drop <= 1e-2),
+                 **_prop1_premise(cfg))]
     for k, label in (("in_domain", "in-domain"), ("ood", "out-of-domain")):
         mc, se, exact = ds.attrs[f"mc_{k}"], ds.attrs[f"mc_{k}_se"], float(last[f"inference_{k}"])
         out.append(mc_check(f"Fig. 2(a): {label} inference loss (1/2K)‖ŷ − ŷ⋆‖² on {ds.attrs['mc_prompts']} fresh "
                             "prompts = its exact expectation", exact, mc, se))
         out.append(Check(f"Thm 2 at the paper's size: {label} inference loss below ε after {cfg.steps} steps", f"≤ {cfg.eps:g}",
-                         f"{exact:.3g}", "ε", bool(exact <= cfg.eps)))
+                         f"{exact:.3g}", "ε", bool(exact <= cfg.eps), **_prop1_premise(cfg)))
     # Lemma 5 at the target Δ = ε (the in-domain inference loss is Δ, eq. 22): ‖Â − A‖_F ≤ √(2Kε/λ_min(Z̄²)), a
     # tolerance fixed by the config before training (the untrained Â = 0 is at relative error 1), not by the run's own Δ
     rel = float(np.sqrt(np.sum(ds.column_error.values**2))) / ds.attrs["A_norm"]
@@ -318,7 +327,8 @@ def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     out.append(Check("Fig. 2(a): the trained attention approaches A (34): ‖Â − A‖_F / ‖A‖_F", "→ 0",
                      f"{rel:.3g} (untrained: {ds.attrs['init_error'] / ds.attrs['A_norm']:.3g}; max column "
                      f"{float(ds.column_error.max()):.3g}, ‖A‖_F = {ds.attrs['A_norm']:.3g})",
-                     f"≤ √(2Kε/λ_min(Z̄²))/‖A‖_F = {rel_tol:.3g} (Lemma 5 at Δ = ε = {cfg.eps:g})", bool(rel <= rel_tol)))
+                     f"≤ √(2Kε/λ_min(Z̄²))/‖A‖_F = {rel_tol:.3g} (Lemma 5 at Δ = ε = {cfg.eps:g})", bool(rel <= rel_tol),
+                     **_prop1_premise(cfg)))
     out.append(Check("Fig. 2(a): out-of-domain inference loss above in-domain (as in the paper)", "ood > in-domain",
                      f"{float(last.inference_ood):.3g} vs {float(last.inference_in_domain):.3g}", "strict",
                      bool(last.inference_ood > last.inference_in_domain)))
