@@ -32,7 +32,7 @@ step() {  # step LABEL TIMEOUT CMD...: the command's output to the log and the t
   local t0 rc
   t0=$(date +%s.%N)
   echo "## $label"
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$DIR/$label.log" | grep --line-buffered -v "it/s\]\|step/s\]"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$DIR/$label.log" | grep --line-buffered -v "it/s\]\|step/s\]\|%/s\]"
   rc=${PIPESTATUS[0]}
   echo "($label: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s, exit status $rc)"
   echo

@@ -4,6 +4,7 @@ import importlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -584,6 +585,11 @@ def test_yang_transformer_pipeline_and_compute_budget(tmp_path):
     # the budget, and so every verdict, does not depend on the measured step times
     slow = ds.assign(step_seconds=("heads", [1.0, 50.0, 900.0]))
     assert [c.passed for c in Yx._transformer_checks(slow, tc)] == [c.passed for c in checks]
+    # a figure drawn from runs shorter than the moving average's window (a --plan, an early --budget slice): every H
+    # with the steps it has, none with a window longer than its curve
+    short = ds.assign(loss=ds.loss.where(ds.step <= 3)).assign_attrs(steps_trained=[3, 3, 3], status="partial, step 3 of 60")
+    wide = dataclasses.replace(tc, smooth=40)
+    assert Path(Yx._transformer_figure(tmp_path, short, wide)).name == "fig2b_fig5_transformer.png"
 
 
 class _ChunkTimer:

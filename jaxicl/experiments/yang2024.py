@@ -618,8 +618,11 @@ def _transformer_figure(out, ds: xr.Dataset, tc: TransformerConfig) -> str:
 
     w = max(1, tc.smooth // 4)
 
-    def smooth(y):  # (steps, moving average): entry j averages steps j + 1 … j + w
-        return np.arange(w, len(y) + 1), np.convolve(y, np.ones(w) / w, mode="valid")
+    def smooth(y):  # (steps, moving average): entry j averages steps j + 1 … j + k, k = w or all there are
+        k = min(w, len(y))
+        if k == 0:
+            return np.zeros(0), np.zeros(0)
+        return np.arange(k, len(y) + 1), np.convolve(y, np.ones(k) / k, mode="valid")
 
     fig, ax = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
     run = ds.sel(heads=tc.heads)
