@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import placement
+from .runtime import placement
 from ._io import atomic_output, atomic_write_text, writable_directory
 
 __all__ = ["sweep", "flatten_grid", "SweepConfigError", "ResumeWarning"]
@@ -322,7 +322,7 @@ def _fitting_chunk(run_fn, takes_key, devices, dtypes, chunk_size, base_key, bud
     return chunk_size, fn
 
 
-@placement.placed("throughput")  # many points at once fill an accelerator (jaxicl.placement)
+@placement.placed("throughput")  # many points at once fill an accelerator (jaxicl.runtime.placement)
 def sweep(
     run_fn: Callable[..., Any],
     grid: Mapping[str, Any],
@@ -348,7 +348,7 @@ def sweep(
         chunk_size: points per compiled call (default: up to 1024), rounded up to a multiple of the device count;
             either way lowered until the compiled program fits in ``memory_budget``.
         out: directory for resumable chunk files (see module docstring).
-        devices: devices of the 1-D mesh (default: where `jaxicl.placement` puts throughput-bound work, every
+        devices: devices of the 1-D mesh (default: where `jaxicl.runtime.placement` puts throughput-bound work, every
             process's accelerators, or the host's CPU devices under ``--device cpu``).
         key: base PRNG key for ``key``-taking run functions (default ``PRNGKey(0)``).
         meta: JSON-serialisable description of anything ``run_fn`` captures (task, dynamics): it is

@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 
 from jaxicl.experiments import report
-from jaxicl.experiments.budget import mark_partial
+from jaxicl.experiments.report import mark_partial
 from jaxicl.experiments.report import Check, count_verdicts, headline, mc_check, mc_power, paper_claim
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from jaxicl import cli
+from jaxicl.runtime import jobs as jobs_module
+from jaxicl.runtime import xla_options
 
 
 def test_list(capsys):
@@ -69,7 +71,7 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
     import xarray as xr
 
-    from jaxicl import compilation_cache
+    from jaxicl.runtime import compilation_cache
     from jaxicl.experiments import algoformer as A
 
     tiny = dataclasses.replace(A.SIZES["quick"], steps=4, chunk=2, d_model=8, n_heads=2, std_layers=1, loops=(2, 1),
@@ -188,7 +190,8 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
 
     import jaxicl.experiments as E
 
-    assert E.longest_first(["gatmiry2024", "ahn2023", "unknown", "yang2024", "algoformer", "zhang2023"]) == [
+    monkeypatch.setattr(jobs_module, "job_seconds", jobs_module.reference_seconds)  # not this machine's last run
+    assert jobs_module.longest_first(["gatmiry2024", "ahn2023", "unknown", "yang2024", "algoformer", "zhang2023"]) == [
         "algoformer", "zhang2023", "yang2024", "ahn2023", "gatmiry2024", "unknown"]
     started = []
 
@@ -204,8 +207,43 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
     assert [r.name for r in results] == names
     # the AlgoFormer's parts are jobs of their own: the two workers' estimated wall times are 837 s and 770 s
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
-    assert E.longest_first(jobs) == ["zhang2023", "yang2024", "ahn2023", "algoformer/regression", "algoformer/fig5",
+    assert jobs_module.longest_first(jobs) == ["zhang2023", "yang2024", "ahn2023", "algoformer/regression", "algoformer/fig5",
                                      "algoformer/cot", "algoformer/ar", "gatmiry2024"]
+
+
+def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, monkeypatch):
+    """The order of ``--jobs`` is measured data: the reference run shipped with the package until this machine has run
+    its own, then that run's times (recorded beside the compilation cache, merged, read back); without a cache
+    nothing is recorded and the reference orders the jobs."""
+    import jaxicl.experiments as E
+
+    reference = jobs_module.reference_seconds()
+    assert reference["zhang2023"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
+    assert {"machine", "date", "commit", "measured"} <= set(__import__("json").loads(jobs_module.REFERENCE.read_text()))
+    monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
+    assert jobs_module.job_seconds() == reference
+    jobs_module.record_seconds({"gatmiry2024": 900.0})
+    jobs_module.record_seconds({"ahn2023": 1.0})  # merged with the first record
+    assert (tmp_path / jobs_module.LOCAL_NAME).is_file()
+    assert jobs_module.longest_first(["zhang2023", "gatmiry2024", "ahn2023"]) == ["gatmiry2024", "zhang2023", "ahn2023"]
+    (tmp_path / jobs_module.LOCAL_NAME).write_text("not json")  # unreadable: the reference again
+    assert jobs_module.job_seconds() == reference
+    # a whole quick --jobs run records its jobs' wall times (here two stand-in processes)
+    import pickle
+    import sys
+
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
+        data = pickle.dumps([_fake_paper(name)])
+        return [sys.executable, "-c", f"import time; time.sleep(0.3); open({str(result_file)!r}, 'wb').write({data!r})"]
+
+    monkeypatch.setattr(E, "_child_command", fake_child)
+    E._run_in_processes(["ahn2023", "gatmiry2024"], "quick", tmp_path / "out", False, None, True, jobs=2,
+                        record_times=True)
+    times = jobs_module.job_seconds()
+    assert 0.3 <= times["ahn2023"] < 60 and 0.3 <= times["gatmiry2024"] < 60
+    monkeypatch.setattr(jobs_module, "_local_file", lambda: None)  # no compilation cache
+    jobs_module.record_seconds({"zhang2023": 1.0})
+    assert jobs_module.job_seconds() == reference
 
 
 def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are_done(tmp_path, monkeypatch, capsys):
@@ -231,8 +269,8 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
     module.assemble = assemble
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(E.REPRODUCTIONS, "parted", (module.__name__, "a paper in two parts"))
-    monkeypatch.setitem(E.QUICK_SECONDS, "parted/long", 1000)
-    monkeypatch.setitem(E.QUICK_SECONDS, "parted/short", 1)
+    times = jobs_module.reference_seconds() | {"parted/long": 1000, "parted/short": 1}
+    monkeypatch.setattr(jobs_module, "job_seconds", lambda: times)
     started = []
 
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
@@ -263,7 +301,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
 
     import jaxicl.experiments as E
 
-    monkeypatch.setattr(E, "STALL_SECONDS", 2.0)
+    monkeypatch.setattr(jobs_module, "STALL_SECONDS", 2.0)
     marker = tmp_path / "started-once"
 
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
@@ -293,17 +331,17 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
 def test_a_process_that_deadlocks_is_started_again_once_then_stopped(tmp_path):
-    """``jaxicl.watchdog.watching``, as a plain ``jaxicl reproduce`` and ``jaxicl sweep`` use it: a process whose
+    """``jaxicl.runtime.watchdog.watching``, as a plain ``jaxicl reproduce`` and ``jaxicl sweep`` use it: a process whose
     threads use no CPU time (XLA:CPU's deadlock; here one that sleeps) for ``stall_seconds`` prints its Python stacks
     and starts the same command again; a second stall ends it with ``EXIT_DEADLOCKED``. A busy process, or one whose
     ``with`` block has ended, is left alone."""
     import subprocess
     import sys
 
-    from jaxicl import watchdog
+    from jaxicl.runtime import watchdog
 
     starts = tmp_path / "starts"
-    hang = (f"import time\nfrom jaxicl.watchdog import watching\nopen({str(starts)!r}, 'a').write('x')\n"
+    hang = (f"import time\nfrom jaxicl.runtime.watchdog import watching\nopen({str(starts)!r}, 'a').write('x')\n"
             "with watching(stall_seconds=1.0):\n    time.sleep(60)\n")
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-c", hang], capture_output=True, text=True, timeout=120)
@@ -313,14 +351,14 @@ def test_a_process_that_deadlocks_is_started_again_once_then_stopped(tmp_path):
     assert p.stderr.count("starting the same command again") == 1
     assert "giving up" in p.stderr and 'File "<string>", line 5' in p.stderr  # the stack of the sleeping thread
     # a thread that still wakes now and then (0.6 % of a CPU) does not hide the stall
-    poll = ("import threading, time\nfrom jaxicl.watchdog import watching\n"
+    poll = ("import threading, time\nfrom jaxicl.runtime.watchdog import watching\n"
             "def poll():\n    while True:\n        t = time.perf_counter()\n"
             "        while time.perf_counter() < t + 0.003: pass\n        time.sleep(0.5)\nthreading.Thread(target=poll, daemon=True).start()\n"
             "with watching(stall_seconds=4.0):\n    time.sleep(60)\n")
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-c", poll], capture_output=True, text=True, timeout=120)
     assert p.returncode == watchdog.EXIT_DEADLOCKED and time.monotonic() - t0 < 60
-    busy = ("import time\nfrom jaxicl.watchdog import watching\nwith watching(stall_seconds=1.0):\n    t = time.time()\n"
+    busy = ("import time\nfrom jaxicl.runtime.watchdog import watching\nwith watching(stall_seconds=1.0):\n    t = time.time()\n"
             "    while time.time() < t + 3: pass\ntime.sleep(2)\nprint('done')\n")  # idle after the block: fine
     p = subprocess.run([sys.executable, "-c", busy], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "done\n" and "no CPU time" not in p.stderr
@@ -339,12 +377,11 @@ def test_a_stopped_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypat
     import sys
     import threading
 
-    import jaxicl.experiments as E
-    from jaxicl import watchdog
+    from jaxicl.runtime import watchdog
 
     marker = tmp_path / "sleeping"
     # busy, then idle for less than the stall (a host-side wait), stopped there for three stalls, then busy again
-    work = ("import time\nfrom jaxicl.watchdog import watching\ndef busy(s):\n    t = time.process_time()\n"
+    work = ("import time\nfrom jaxicl.runtime.watchdog import watching\ndef busy(s):\n    t = time.process_time()\n"
             "    while time.process_time() < t + s: pass\nwith watching(stall_seconds=1.0):\n    busy(0.5)\n"
             f"    open({str(marker)!r}, 'w').close()\n    time.sleep(0.7)\n    busy(1.0)\nprint('done')\n")
     p = subprocess.Popen([sys.executable, "-c", work], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -358,12 +395,12 @@ def test_a_stopped_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypat
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0 and out == "done\n" and "no CPU time" not in err
 
-    monkeypatch.setattr(E, "STALL_SECONDS", 1.0)
+    monkeypatch.setattr(jobs_module, "STALL_SECONDS", 1.0)
     pid_file = tmp_path / "pid"
     child = [sys.executable, "-c", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
              "t = time.process_time()\nwhile time.process_time() < t + 1.5: pass"]
     status = []
-    watcher = threading.Thread(target=lambda: status.append(E._run_watched(child, "stopped")))
+    watcher = threading.Thread(target=lambda: status.append(jobs_module.run_watched(child, "stopped")))
     watcher.start()
     while not pid_file.exists() or not pid_file.read_text():
         time.sleep(0.05)
@@ -393,7 +430,7 @@ def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tm
     import contextlib
 
     import jaxicl.experiments as E
-    from jaxicl import watchdog
+    from jaxicl.runtime import watchdog
 
     watched = []
 
@@ -445,14 +482,14 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
 
     if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs Linux CPU affinity and two CPUs")
-    assert E.cpu_threads_per_process(1) is None
+    assert jobs_module.cpu_threads_per_process(1) is None
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
-    assert [E.cpu_threads_per_process(j) for j in (2, 3, 8)] == [2, 1, 1]
+    assert [jobs_module.cpu_threads_per_process(j) for j in (2, 3, 8)] == [2, 1, 1]
     monkeypatch.undo()
     cmd = E._child_command("ahn2023", "quick", tmp_path, False, None, True, tmp_path / "r.pkl", threads=1)
     assert cmd[cmd.index("--cpu-threads") + 1] == "1"
     assert "--cpu-threads" not in E._child_command("ahn2023", "quick", tmp_path, False, None, True, tmp_path / "r.pkl")
-    probe = ("import os, sys, collections\nfrom jaxicl.cli import size_cpu_thread_pool\n"
+    probe = ("import os, sys, collections\nfrom jaxicl.runtime.xla_options import size_cpu_thread_pool\n"
              "if sys.argv[1] != 'default': size_cpu_thread_pool(int(sys.argv[1]))\n"
              "import jax, jax.numpy as jnp\njax.block_until_ready(jnp.ones((300, 300)) @ jnp.ones((300, 300)))\n"
              "tasks = os.listdir('/proc/self/task')\n"
@@ -470,15 +507,13 @@ def test_jobs_processes_share_a_gpu_by_allocating_its_memory_as_needed(monkeypat
     """``--jobs N`` on a GPU: JAX's default preallocates 75 % of the device in each process, which leaves too little
     for a second one, so the children allocate as needed unless the user chose (with this, eight processes shared an
     H200: benchmarks/README.md); the faulthandler the watchdog relies on is always on."""
-    import jaxicl.experiments as E
-
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
     monkeypatch.setenv("JAXICL_PROBE", "kept")
-    env = E.child_environment()
+    env = jobs_module.child_environment()
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert env["PYTHONFAULTHANDLER"] == "1" and env["JAXICL_PROBE"] == "kept"
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
-    assert E.child_environment()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert jobs_module.child_environment()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
 
 
 def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_cpu_alone(monkeypatch):
@@ -486,24 +521,24 @@ def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_c
     where JAX can only use the CPU ($JAX_PLATFORMS, or no accelerator plugin installed)."""
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-    with cli._default_xla_flags():
+    with xla_options.default_xla_flags():
         assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
                                                    "--xla_gpu_autotune_level=0", "--xla_backend_optimization_level=1"]
     assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"  # as it was after the command
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's choice stays
-    with cli._default_xla_flags():
+    with xla_options.default_xla_flags():
         assert os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=3", "--xla_gpu_autotune_level=0"]
     for platforms in ("cuda", "cpu,cuda", "tpu"):
         monkeypatch.setenv("JAX_PLATFORMS", platforms)
         monkeypatch.delenv("XLA_FLAGS", raising=False)
-        with cli._default_xla_flags():
+        with xla_options.default_xla_flags():
             assert os.environ["XLA_FLAGS"] == "--xla_gpu_autotune_level=0"
         assert "XLA_FLAGS" not in os.environ
     monkeypatch.delenv("JAX_PLATFORMS")
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "jax_plugins" else None)
-    assert cli.cpu_only() is False  # e.g. jax[cuda12]: its plugin is found without starting a backend
+    assert xla_options.cpu_only() is False  # e.g. jax[cuda12]: its plugin is found without starting a backend
 
 
 def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch, capsys):

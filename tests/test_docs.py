@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = ["jaxicl", "jaxicl.tasks", "jaxicl.models", "jaxicl.losses", "jaxicl.dynamics", "jaxicl.baselines",
                   "jaxicl.theory.zhang", "jaxicl.theory.ahn", "jaxicl.theory.gatmiry", "jaxicl.theory.yang",
-                  "jaxicl.placement", "jaxicl.experiments.settings", "jaxicl.experiments.stage_sweep"]
+                  "jaxicl.runtime.placement", "jaxicl.experiments.settings", "jaxicl.experiments.stage_sweep"]
 
 
 def _public(module):

@@ -1,4 +1,4 @@
-"""jaxicl.placement: latency-bound work on the host CPU, throughput-bound work on the accelerator, overridable; one
+"""jaxicl.runtime.placement: latency-bound work on the host CPU, throughput-bound work on the accelerator, overridable; one
 accelerator owner among ``--jobs`` processes. On this CPU-only machine an accelerator is simulated where the rule needs
 one (its device is the CPU's: what is checked is the decision)."""
 
@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import pytest
 
 import jaxicl as icl
-from jaxicl import cli, placement
-from jaxicl.experiments import AcceleratorOwner
+from jaxicl import cli
+from jaxicl.runtime import placement
+from jaxicl.runtime.jobs import AcceleratorOwner
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_throughput_bound_entry_points_place_themselves(monkeypatch):
 
 def test_stages_record_their_device_and_the_report_shows_it():
     from jaxicl.experiments.report import timing_table
-    from jaxicl.profiling import StageTimer
+    from jaxicl.runtime.profiling import StageTimer
 
     timer = StageTimer()
     with placement.on("latency"):

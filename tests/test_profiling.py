@@ -1,4 +1,4 @@
-"""Compile-time accounting (jaxicl.profiling) and the persistent compilation cache (jaxicl.compilation_cache)."""
+"""Compile-time accounting (jaxicl.runtime.profiling) and the persistent compilation cache (jaxicl.runtime.compilation_cache)."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 
 from jaxicl import cli
 from jaxicl.experiments.report import PaperResult, render_markdown
-from jaxicl.profiling import StageTimer
+from jaxicl.runtime.profiling import StageTimer
 
 
 def test_a_stage_counts_its_compilations_and_splits_compile_from_run():
@@ -62,8 +62,8 @@ def test_closed_forms_called_eagerly_compile_one_program_per_new_shape():
 # A fresh process per step, so that JAX's in-memory caches do not hide the persistent one.
 _PROGRAM = """
 import json, sys, jax, jax.numpy as jnp
-from jaxicl import compilation_cache
-from jaxicl.profiling import StageTimer
+from jaxicl.runtime import compilation_cache
+from jaxicl.runtime.profiling import StageTimer
 compilation_cache.enable(sys.argv[1], min_compile_seconds=0.0)
 timer = StageTimer()
 scale = float(sys.argv[2])
@@ -102,7 +102,7 @@ def test_cli_cache_options(tmp_path, capsys, monkeypatch):
     blocked.write_text("not a directory")
     with pytest.raises(SystemExit, match=r"cannot write to the compilation cache .*xla \(Not a directory\)\. Pass --cache-dir"):
         cli.main(["reproduce", "zhang2023", "--cache-dir", str(blocked / "xla"), "--out", str(tmp_path / "o")])
-    from jaxicl import compilation_cache
+    from jaxicl.runtime import compilation_cache
 
     monkeypatch.setenv("JAXICL_CACHE_DIR", str(tmp_path / "env-cache"))
     assert compilation_cache.default_dir() == Path(tmp_path / "env-cache")

@@ -599,7 +599,7 @@ class _ChunkTimer:
     steps, seconds = 1, 1.0
 
     def lap(self, label):
-        from jaxicl.profiling import Stage
+        from jaxicl.runtime.profiling import Stage
 
         return Stage(label, _ChunkTimer.steps * _ChunkTimer.seconds, 0.0, 0, 0)
 

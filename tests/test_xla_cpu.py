@@ -1,6 +1,6 @@
 """XLA:CPU's LAPACK deadlock (jaxlib 0.10) and what keeps jaxicl's programs out of it: one pool thread per process
-(``--jobs``, the test workers), :func:`jaxicl.xla_cpu.after` where a program holds two large batched LAPACK calls
-that could run at once, and :func:`jaxicl.xla_cpu.concurrent_lapack_calls`, which finds such pairs in a compiled
+(``--jobs``, the test workers), :func:`jaxicl.runtime.xla_cpu.after` where a program holds two large batched LAPACK calls
+that could run at once, and :func:`jaxicl.runtime.xla_cpu.concurrent_lapack_calls`, which finds such pairs in a compiled
 program."""
 
 import os
@@ -11,14 +11,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxicl.xla_cpu import after, concurrent_lapack_calls
+from jaxicl.runtime.xla_cpu import after, concurrent_lapack_calls
 
 # Two batched solves (16 systems of 100 × 100) in one loop body, independent unless SEQUENCED: on a 2-core machine
 # with XLA's default pool of two threads, jaxlib 0.10's LAPACK kernels deadlock on the independent ones (run five
 # times, in every one of six runs there; benchmarks/README.md).
 _TWO_SOLVES = """
 import jax, jax.numpy as jnp
-from jaxicl.xla_cpu import after
+from jaxicl.runtime.xla_cpu import after
 k = jax.random.split(jax.random.PRNGKey(0), 3)
 A1, A2 = (jax.random.normal(kk, (16, 100, 100)) + 100 * jnp.eye(100) for kk in k[:2])
 b = jax.random.normal(k[2], (16, 100, 1))
@@ -52,7 +52,7 @@ def test_one_pool_thread_runs_independent_batched_linear_solves_without_deadlock
     kernels run their batch inline and the program finishes."""
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("needs Linux CPU affinity")
-    _run_two_solves(False, "from jaxicl.cli import size_cpu_thread_pool\nsize_cpu_thread_pool(1)")
+    _run_two_solves(False, "from jaxicl.runtime.xla_options import size_cpu_thread_pool\nsize_cpu_thread_pool(1)")
 
 
 def test_after_orders_two_batched_solves_so_that_xla_default_pool_does_not_deadlock():

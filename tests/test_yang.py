@@ -241,7 +241,7 @@ def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded
     from jaxicl.experiments import yang2024 as Yx
 
     cfg = dataclasses.replace(Yx.SIZES["quick"], d=D, K=K, N=N, m=M, fig4_heads=(1, 3, 9), fig4_steps=10,
-                              record_every=1, eta_Q=1.0, eta_w=1.0, transformer=None)
+                              record_every=1, eta_Q=1.0, eta_w=1.0, transformer=None, fig3_Ns=(N,), fig3_mc_Ns=(N,))
     assert Yx.fig4_widths(cfg.fig4_heads, 9) == {1: 1, 3: 4, 9: 9}
     key = jax.random.PRNGKey(3)
     with jax.enable_x64(True):

@@ -30,9 +30,10 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
-from .. import _validate, placement
+from .. import _validate
 from .._io import atomic_output
-from ..profiling import StageTimer
+from ..runtime import placement
+from ..runtime.profiling import StageTimer
 from .descent import check_finite_curve
 
 _MAGIC = "jaxicl-checkpoint-v1"
@@ -377,7 +378,7 @@ def step_seconds(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformat
     return float(np.median(times)) / int(chunk)
 
 
-@placement.placed("throughput")  # a training loop fills an accelerator (jaxicl.placement)
+@placement.placed("throughput")  # a training loop fills an accelerator (jaxicl.runtime.placement)
 def train(
     loss_fn: Callable[[PyTree, PRNGKeyArray, Int[Array, ""]], Array],
     model: PyTree,

@@ -6,16 +6,16 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
-import os
 import sys
 import time
 from pathlib import Path
 
-from .. import dynamics, placement
+from .. import dynamics
+from ..runtime import placement
 from .._io import atomic_write_text
-from ..profiling import Stage, StageTimer, total
-from ..watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
-from .budget import TimeBudget, plan_markdown
+from ..runtime.budget import TimeBudget, plan_markdown
+from ..runtime.profiling import Stage, StageTimer, total
+from ..runtime.jobs import AcceleratorOwner, cpu_threads_per_process, longest_first, record_seconds, run_watched
 from . import settings
 from .report import Check, PaperResult, PartResult, headline, render_markdown
 from .report import recording as report_settings
@@ -30,28 +30,8 @@ REPRODUCTIONS = {
 }
 
 
-# Seconds each quick job of ``--jobs`` took on the 2-core reference VM, two processes sharing it (a clean-clone
-# `make reproduce`, 2026-11-26, 3ab1c2d; benchmarks/README.md): a paper, or a part of one ("paper/part", its ``PARTS``).
-# ``--jobs`` starts the longest first, so that the last job to start is a short one.
-QUICK_SECONDS = {"zhang2023": 459, "ahn2023": 185, "gatmiry2024": 84, "yang2024": 311, "algoformer/regression": 185,
-                 "algoformer/ar": 97, "algoformer/cot": 109, "algoformer/fig5": 177}
-
-
 def available() -> list[str]:
     return list(REPRODUCTIONS)
-
-
-def _seconds(job: str) -> float:
-    """A job's quick wall time (`QUICK_SECONDS`); a paper's is the sum of its parts'."""
-    return QUICK_SECONDS.get(job, sum(v for k, v in QUICK_SECONDS.items() if k.startswith(f"{job}/")))
-
-
-def longest_first(jobs: list[str]) -> list[str]:
-    """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first
-    (`QUICK_SECONDS`; unknown ones last, in the order given). With two workers the quick jobs end about a
-    minute apart (estimated 837 s and 770 s), the shortest job last; `make reproduce` runs three, whose third
-    process keeps the idle core busy for part of it (benchmarks/README.md)."""
-    return sorted(jobs, key=lambda n: -_seconds(n))
 
 
 def _trains(module) -> bool:
@@ -147,7 +127,8 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
 
 def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
               budget_minutes: float | None = None, transformers: bool = True, jobs: int = 1,
-              write_report: bool = True, overrides: dict | None = None, plan: bool = False) -> list[PaperResult]:
+              write_report: bool = True, overrides: dict | None = None, plan: bool = False,
+              record_times: bool = False) -> list[PaperResult]:
     """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
 
     ``budget_minutes``: wall clock for the whole call; the papers that train transformers share what is left of
@@ -161,7 +142,9 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     report names the settings that differ from ``size``'s.
     ``plan``: every training run measures its step time on a few steps (`jaxicl.dynamics.planning`) instead of
     training, and each paper's notes get the plan (models × steps, step time, time left, ``--budget`` slices); one
-    process (``jobs`` is ignored), so that the step times are measured alone."""
+    process (``jobs`` is ignored), so that the step times are measured alone.
+    ``record_times``: a whole quick run in processes records each job's wall time beside the compilation cache, for the
+    next run's order (`jaxicl.runtime.jobs.record_seconds`; the command line's runs do)."""
     names = list(names) if names else available()
     unknown = [n for n in names if n not in REPRODUCTIONS]
     if unknown:
@@ -177,7 +160,8 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     configs = effective_settings(modules, size, overrides, transformers)
     end = None if budget_minutes is None else time.time() + 60 * budget_minutes
     if runs_in_processes(names, jobs, transformers, configs) and not plan:
-        return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides)
+        return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides,
+                                 record_times)
     results = []
     for i, (name, module) in enumerate(modules.items()):
         print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
@@ -213,7 +197,7 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
                    device: str | None = None, overrides: dict | None = None) -> list[str]:
     """``jaxicl reproduce NAME`` (``--part PART``: that part of it) as a process that pickles its result to
     ``result_file`` and writes no report.md, with this process's size, output directory, budget end and compilation
-    cache, and XLA:CPU's thread pool sized to ``threads`` (`jaxicl.cli.size_cpu_thread_pool`; None: XLA's
+    cache, and XLA:CPU's thread pool sized to ``threads`` (`jaxicl.runtime.xla_options.size_cpu_thread_pool`; None: XLA's
     default)."""
     import jax
 
@@ -231,77 +215,9 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     return cmd + ([] if threads is None else ["--cpu-threads", str(threads)])
 
 
-def cpu_threads_per_process(jobs: int) -> int | None:
-    """XLA:CPU threads for each of ``jobs`` processes sharing this machine: its share of the CPUs this process may
-    use (at least one), or None where that is all of them (jobs = 1) or unknown (no ``os.sched_getaffinity``)."""
-    if jobs <= 1 or not hasattr(os, "sched_getaffinity"):
-        return None
-    return max(1, len(os.sched_getaffinity(0)) // jobs)
-
-
-def child_environment() -> dict[str, str]:
-    """The environment of a ``--jobs`` process: this one's, with Python's faulthandler on (`_run_watched`) and,
-    unless the user set it, JAX's GPU memory allocated as needed instead of 75 % of the device preallocated by each
-    process, which would leave the second process sharing a GPU out of memory."""
-    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
-
-
-def _run_watched(cmd: list[str], name: str) -> int | None:
-    """Run ``cmd``; its exit status, or None if it used no CPU time for `STALL_SECONDS` (Linux; time in which it
-    or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
-    import signal
-    import subprocess
-
-    proc = subprocess.Popen(cmd, env=child_environment())
-    clock = IdleClock(process_cpu_seconds(proc.pid), max_gap_seconds(STALL_SECONDS))
-    while True:
-        try:
-            return proc.wait(timeout=poll_seconds(STALL_SECONDS))
-        except subprocess.TimeoutExpired:
-            pass
-        idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
-        if idle >= STALL_SECONDS:
-            print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
-                  "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
-            proc.send_signal(signal.SIGABRT)
-            proc.wait()
-            return None
-
-
-class AcceleratorOwner:
-    """One owner per accelerator, among the processes of a ``--jobs`` run: ``claim()`` gives a process its
-    ``--device``. Where an accelerator may be present and the mode is ``auto``, the first process to start while
-    none holds it gets ``auto`` (the accelerator, for its throughput-bound work) and the others ``cpu`` (JAX kept off
-    the accelerator), so processes never time-slice it; the next to start after the owner ends takes it. Under
-    ``--device cpu`` or ``gpu`` every process gets that mode; on a CPU-only machine (`jaxicl.cli.cpu_only`,
-    decided without starting a backend in this process) no process is given a flag: each runs as it always has."""
-
-    def __init__(self, mode: str | None = None, accelerator_present: bool | None = None):
-        import threading
-
-        from ..cli import cpu_only
-
-        self.mode = mode or placement.mode()
-        self.accelerator_present = not cpu_only() if accelerator_present is None else accelerator_present
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def claim(self):
-        if self.mode != "auto":
-            yield self.mode
-        elif not self.accelerator_present:
-            yield None
-        elif self._lock.acquire(blocking=False):
-            try:
-                yield "auto"
-            finally:
-                self._lock.release()
-        else:
-            yield "cpu"
-
-
 def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
-                      transformers: bool, jobs: int, overrides: dict | None = None) -> list[PaperResult]:
+                      transformers: bool, jobs: int, overrides: dict | None = None,
+                      record_times: bool = False) -> list[PaperResult]:
     """Each paper in its own process, or each part of a paper with ``PARTS`` (`reproduce_part`; the paper is
     assembled here once all its parts are done), up to ``jobs`` at once, all sharing the persistent compilation cache.
 
@@ -311,8 +227,9 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     whole call's wall clock: a process that starts later gets what is left of it. Processes start longest first
     (`longest_first`), so the machine is not left to one long job at the end. Each starts XLA:CPU with its
     share of the cores as intra-op threads (`cpu_threads_per_process`). A process that uses no CPU time for
-    `STALL_SECONDS` has deadlocked (`_run_watched`): its Python stacks are printed and it is started
-    once more. A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError``
+    `jaxicl.runtime.watchdog.STALL_SECONDS` has deadlocked (`run_watched`): its Python stacks are printed and it is
+    started once more. With ``record_times``, a whole quick run records each job's wall time for the next run's order
+    (`record_seconds`). A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError``
     naming the paper (and part) once the others have finished."""
     import pickle
     import tempfile
@@ -327,18 +244,20 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     parts: dict[str, list[PartResult]] = {name: [] for name in names}
     lock = threading.Lock()
     threads = cpu_threads_per_process(jobs)
+    seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="jaxicl-results-") as tmp:
 
         def one(job):
             name, part = job
             label = _job_name(name, part)
+            t0 = time.perf_counter()
             result_file = Path(tmp) / f"{label.replace('/', '-')}.pkl"
             mine = (overrides or {}).get(name)
             with devices.claim() as device:  # one process at a time holds the accelerator
                 for attempt in (1, 2):  # a deadlocked process is stopped and started once more (cache, checkpoints)
                     cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part,
                                          device, **({"overrides": mine} if mine else {}))
-                    rc = _run_watched(cmd, label)
+                    rc = run_watched(cmd, label)
                     if rc is not None:
                         break
                     if attempt == 1:
@@ -351,6 +270,7 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             with open(result_file, "rb") as f:
                 (res,) = pickle.load(f)
             with lock:
+                seconds[label] = time.perf_counter() - t0
                 if part is not None:  # the paper's last part assembles it (datasets -> checks, figures, files)
                     parts[name].append(res)
                     if len(parts[name]) < sum(n == name for n, _ in todo):
@@ -364,6 +284,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # submitted longest first, reported in the given order
             order = {_job_name(*j): j for j in todo}
             futures = [pool.submit(one, order[label]) for label in longest_first(list(order))]
+    if record_times and size == "quick" and end is None:  # whole runs only: a slice says nothing of a job's length
+        record_seconds(seconds)
     for future in futures:  # the first crash, once every paper has finished
         if future.exception() is not None:
             raise future.exception()

@@ -24,7 +24,7 @@ from .. import dynamics, losses, tasks
 from ..models import GramBatch, LinearTransformer
 from ..sweep import sweep
 from ..theory import ahn
-from ..xla_cpu import after
+from ..runtime.xla_cpu import after
 from .report import Check, PaperResult, fmt, lap_timer, mc_check, save_dataset, save_paper_figure
 from .settings import Sized
 

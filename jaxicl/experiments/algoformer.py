@@ -38,8 +38,10 @@ import xarray as xr
 
 from .. import baselines, losses, models, tasks
 from ..dynamics import member, train
-from .budget import TimeBudget, least_complete, mark_partial, next_deadline, partial_status, plan
-from .report import Check, PaperResult, PartResult, fmt, lap_timer, paper_claim, save_dataset, save_paper_figure
+from ..runtime.budget import TimeBudget, next_deadline, plan
+from .report import (
+    Check, PaperResult, PartResult, fmt, lap_timer, least_complete, mark_partial, paper_claim, partial_status,
+    save_dataset, save_paper_figure)
 from .settings import Sized
 
 NAME = "algoformer"

@@ -11,7 +11,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .._io import atomic_output
-from ..profiling import Stage, StageTimer, total
+from ..runtime.profiling import Stage, StageTimer, total
 
 
 VERDICTS = ("pass", "FAIL", "not reproduced", "not applicable", "reported")
@@ -274,7 +274,7 @@ def render_markdown(results: list[PaperResult]) -> str:
 
 
 def timing_table(stages: list[Stage]) -> list[str]:
-    """Markdown rows: per stage, the device it ran on (`jaxicl.placement`), wall time, compile time (tracing,
+    """Markdown rows: per stage, the device it ran on (`jaxicl.runtime.placement`), wall time, compile time (tracing,
     lowering, XLA), run time and programs."""
     lines = ["Where the time went (compile: tracing, lowering and XLA compilation; run: the rest):", "",
              "| stage | device | wall (s) | compile (s) | run (s) | XLA programs | from cache |",
@@ -284,3 +284,31 @@ def timing_table(stages: list[Stage]) -> list[str]:
         lines.append(f"| {s.label} | {s.device} | {s.wall:.1f} | {s.compile:.1f} | {s.run:.1f} | {s.programs} | "
                      f"{s.cache_hits} |")
     return lines + [""]
+
+
+def partial_status(results) -> str | None:
+    """None if every training result is complete, else "partial, step s of S" of the least advanced one (an
+    ensemble counts as one run)."""
+    runs = [r for r in results if not r.complete]
+    return None if not runs else min(runs, key=lambda r: r.step / max(r.n_steps, 1)).status()
+
+
+def least_complete(statuses) -> str:
+    """Of figure statuses ("complete" or "partial, step s of S"), the least advanced: "complete" if all are (a
+    figure whose datasets come from several parts, each with its own `partial_status`)."""
+    import re
+
+    def done(status: str) -> float:
+        m = re.fullmatch(r"partial, step ([\d,]+) of ([\d,]+)", status)
+        return 1.0 if m is None else int(m[1].replace(",", "")) / max(int(m[2].replace(",", "")), 1)
+
+    return min(statuses, key=done, default="complete")
+
+
+def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
+    """Checks of a figure drawn from partially trained models, labelled with ``status``: its claims not asserted
+    (each passes, or is "not reproduced" for the partial run), its measurements reported as they are."""
+    if status is None:
+        return checks
+    return [dataclasses.replace(c, claim=f"{c.claim} [{status}]", asserted=False,
+                                reason=c.reason or f"training {status}") for c in checks]

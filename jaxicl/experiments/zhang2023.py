@@ -27,8 +27,10 @@ import xarray as xr
 from .. import baselines, dynamics, losses, models, tasks
 from ..dynamics import Curriculum, train
 from ..theory import zhang
-from .budget import TimeBudget, mark_partial, next_deadline, partial_status, plan
-from .report import Check, PaperResult, fmt, lap_timer, mc_check, paper_claim, powered_mean_and_se, save_dataset, save_paper_figure
+from ..runtime.budget import TimeBudget, next_deadline, plan
+from .report import (
+    Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, partial_status, powered_mean_and_se,
+    save_dataset, save_paper_figure)
 from .settings import Consistent, Sized
 
 NAME = "zhang2023"

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .. import _validate, placement
+from .. import _validate
+from ..runtime import placement
 
 _REGISTRY: dict[tuple[type, type], Callable] = {}
 

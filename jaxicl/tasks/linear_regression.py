@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate
-from .covariance import CovariancePrior, FixedCovariance, ScaledIdentityCovariance, _is_concrete
+from .covariance import CovariancePrior, FixedCovariance, ScaledIdentityCovariance
 
 WEIGHTS = ("isotropic", "inverse_covariance")
 

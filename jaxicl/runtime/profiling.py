@@ -86,7 +86,7 @@ def monitor() -> CompileMonitor:
 class Stage:
     """One stage: ``wall`` seconds in all, of which ``compile`` tracing/lowering/compiling ``programs`` XLA
     programs (``cache_hits`` of them read from the persistent cache) and ``run`` the rest; ``device``: the platforms
-    its work was placed on (`jaxicl.placement`: "cpu", "gpu", "cpu+gpu")."""
+    its work was placed on (`jaxicl.runtime.placement`: "cpu", "gpu", "cpu+gpu")."""
 
     label: str
     wall: float

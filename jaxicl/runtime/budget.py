@@ -3,16 +3,13 @@
 A paper-size figure trains for 500k steps, more than any one sitting: each call trains every unfinished model for
 a fair share of what is left of the budget, checkpoints it, and draws the figures from what is there; the next
 call resumes every model where it stopped (the trajectory is the uninterrupted one). A figure drawn from a
-partial run says so ("partial, step s of S") and its claims are not asserted: each passes or is "not reproduced".
+partial run says so ("partial, step s of S") and its claims are not asserted (`jaxicl.experiments.report.mark_partial`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-
-from .report import Check
 
 
 class TimeBudget:
@@ -49,34 +46,6 @@ def plan(budget: TimeBudget | None, runs: int) -> None:
 def next_deadline(budget: TimeBudget | None) -> float | None:
     """The next run's deadline, or None without a budget."""
     return None if budget is None else budget.next_deadline()
-
-
-def partial_status(results) -> str | None:
-    """None if every training result is complete, else "partial, step s of S" of the least advanced one (an
-    ensemble counts as one run)."""
-    runs = [r for r in results if not r.complete]
-    return None if not runs else min(runs, key=lambda r: r.step / max(r.n_steps, 1)).status()
-
-
-def least_complete(statuses) -> str:
-    """Of figure statuses ("complete" or "partial, step s of S"), the least advanced: "complete" if all are (a
-    figure whose datasets come from several parts, each with its own `partial_status`)."""
-    import re
-
-    def done(status: str) -> float:
-        m = re.fullmatch(r"partial, step ([\d,]+) of ([\d,]+)", status)
-        return 1.0 if m is None else int(m[1].replace(",", "")) / max(int(m[2].replace(",", "")), 1)
-
-    return min(statuses, key=done, default="complete")
-
-
-def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
-    """Checks of a figure drawn from partially trained models, labelled with ``status``: its claims not asserted
-    (each passes, or is "not reproduced" for the partial run), its measurements reported as they are."""
-    if status is None:
-        return checks
-    return [dataclasses.replace(c, claim=f"{c.claim} [{status}]", asserted=False,
-                                reason=c.reason or f"training {status}") for c in checks]
 
 
 def plan_markdown(runs, budget_minutes: float | None = None) -> str:

@@ -18,7 +18,7 @@ on the accelerator): ``jaxicl reproduce --device``, `use` in the API, or ``$JAXI
 default backend is the CPU, ``auto`` and ``cpu`` change nothing: a CPU-only machine runs as if this module did not
 exist.
 
-    with jaxicl.placement.use("cpu"):
+    with jaxicl.runtime.placement.use("cpu"):
         jaxicl.experiments.reproduce(["zhang2023"])
 """
 

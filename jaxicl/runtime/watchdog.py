@@ -4,7 +4,7 @@
 jaxlib 0.10's CPU LAPACK kernels split a batch over XLA's intra-op thread pool and block the thread that runs them
 until the pieces finish; run from a pool thread, that can leave every pool thread waiting (benchmarks/README.md,
 "XLA:CPU's deadlock"). A deadlocked process uses (almost) no CPU time, which no jaxicl computation does for minutes.
-``--jobs`` watches each paper's process from its parent (`jaxicl.experiments._run_watched`); this module
+``--jobs`` watches each paper's process from its parent (`jaxicl.runtime.jobs.run_watched`); this module
 watches the process it runs in: a daemon thread reads the CPU time of every other thread from ``/proc``, and when
 there has been none for ``stall_seconds`` it prints every thread's Python stack and starts the same command again,
 once (the compilation cache, checkpoints and a sweep's finished chunks make the second start cheap). A second stall

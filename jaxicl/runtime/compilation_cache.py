@@ -33,7 +33,7 @@ def default_dir() -> Path:
 def enable(path: str | os.PathLike | None = None, min_compile_seconds: float = MIN_COMPILE_SECONDS) -> Path:
     """Cache every program that takes at least ``min_compile_seconds`` to compile under ``path`` (default
     `default_dir`); returns the directory. Raises ``ValueError`` if it cannot be created or written."""
-    from ._io import writable_directory
+    from .._io import writable_directory
 
     path = Path(path).expanduser() if path is not None else default_dir()
     try:

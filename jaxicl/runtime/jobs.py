@@ -1,0 +1,150 @@
+"""The processes of ``jaxicl reproduce --jobs N``: which starts first, how many XLA:CPU threads each gets, which one
+holds the accelerator, and the watch that restarts one XLA:CPU deadlocked.
+
+``--jobs`` starts the longest jobs first, so that the machine is not left to one long job at the end. How long a job
+takes is measured data, not a constant: each ``--jobs`` run at quick size records every job's wall time beside its
+compilation cache (`record_seconds`, ``job-seconds.json``), and the next run reads it; before any run on a machine,
+the times of the reference run shipped with the package (``job_seconds.json``: machine, date, commit) order the jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from . import placement
+from .watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
+
+REFERENCE = Path(__file__).with_name("job_seconds.json")  # the reference run's times, shipped with the package
+LOCAL_NAME = "job-seconds.json"  # this machine's last quick --jobs run, beside its compilation cache
+
+
+def _local_file() -> Path | None:
+    """Where this machine's measured job times live: beside the compilation cache in use (None without one)."""
+    import jax
+
+    cache = jax.config.jax_compilation_cache_dir
+    return None if not cache else Path(cache).parent / LOCAL_NAME
+
+
+def reference_seconds() -> dict[str, float]:
+    """Each job's quick wall time ("paper" or "paper/part") in the reference run shipped with the package."""
+    return dict(json.loads(REFERENCE.read_text())["seconds"])
+
+
+def job_seconds() -> dict[str, float]:
+    """Each job's quick wall time ("paper" or "paper/part"): the reference run's (`reference_seconds`), updated by
+    this machine's last quick ``--jobs`` run where one was recorded."""
+    times = reference_seconds()
+    local = _local_file()
+    if local is not None and local.is_file():
+        try:
+            times.update(json.loads(local.read_text())["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: the reference times
+    return times
+
+
+def record_seconds(seconds: dict[str, float]) -> None:
+    """Record the wall times of a quick ``--jobs`` run's jobs for the next run on this machine (merged into what was
+    recorded before; nothing without a compilation cache)."""
+    from .._io import atomic_output
+
+    local = _local_file()
+    if local is None or not seconds:
+        return
+    try:
+        known = json.loads(local.read_text())["seconds"] if local.is_file() else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        known = {}
+    try:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(local) as tmp:
+            Path(tmp).write_text(json.dumps({"seconds": known | {k: round(v, 1) for k, v in seconds.items()}},
+                                            indent=1, sort_keys=True))
+    except OSError:
+        pass  # a read-only cache: the next run orders its jobs by the times it has
+
+
+def _seconds(job: str, times: dict[str, float]) -> float:
+    """A job's quick wall time; a paper's is the sum of its parts'."""
+    return times.get(job, sum(v for k, v in times.items() if k.startswith(f"{job}/")))
+
+
+def longest_first(jobs: list[str], times: dict[str, float] | None = None) -> list[str]:
+    """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first (``times``,
+    default `job_seconds`; unknown ones last, in the order given)."""
+    times = job_seconds() if times is None else times
+    return sorted(jobs, key=lambda n: -_seconds(n, times))
+
+
+def cpu_threads_per_process(jobs: int) -> int | None:
+    """XLA:CPU threads for each of ``jobs`` processes sharing this machine: its share of the CPUs this process may
+    use (at least one), or None where that is all of them (jobs = 1) or unknown (no ``os.sched_getaffinity``)."""
+    if jobs <= 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // jobs)
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a ``--jobs`` process: this one's, with Python's faulthandler on (`run_watched`) and,
+    unless the user set it, JAX's GPU memory allocated as needed instead of 75 % of the device preallocated by each
+    process, which would leave the second process sharing a GPU out of memory."""
+    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
+
+
+def run_watched(cmd: list[str], name: str) -> int | None:
+    """Run ``cmd``; its exit status, or None if it used no CPU time for `STALL_SECONDS` (Linux; time in which it
+    or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env=child_environment())
+    clock = IdleClock(process_cpu_seconds(proc.pid), max_gap_seconds(STALL_SECONDS))
+    while True:
+        try:
+            return proc.wait(timeout=poll_seconds(STALL_SECONDS))
+        except subprocess.TimeoutExpired:
+            pass
+        idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
+        if idle >= STALL_SECONDS:
+            print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
+                  "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
+            proc.send_signal(signal.SIGABRT)
+            proc.wait()
+            return None
+
+
+
+class AcceleratorOwner:
+    """One owner per accelerator, among the processes of a ``--jobs`` run: ``claim()`` gives a process its
+    ``--device``. Where an accelerator may be present and the mode is ``auto``, the first process to start while
+    none holds it gets ``auto`` (the accelerator, for its throughput-bound work) and the others ``cpu`` (JAX kept off
+    the accelerator), so processes never time-slice it; the next to start after the owner ends takes it. Under
+    ``--device cpu`` or ``gpu`` every process gets that mode; on a CPU-only machine (`jaxicl.runtime.xla_options.cpu_only`,
+    decided without starting a backend in this process) no process is given a flag: each runs as it always has."""
+
+    def __init__(self, mode: str | None = None, accelerator_present: bool | None = None):
+        import threading
+
+        from .xla_options import cpu_only
+
+        self.mode = mode or placement.mode()
+        self.accelerator_present = not cpu_only() if accelerator_present is None else accelerator_present
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def claim(self):
+        if self.mode != "auto":
+            yield self.mode
+        elif not self.accelerator_present:
+            yield None
+        elif self._lock.acquire(blocking=False):
+            try:
+                yield "auto"
+            finally:
+                self._lock.release()
+        else:
+            yield "cpu"

@@ -1,0 +1,82 @@
+"""XLA's options for the command line's work: the flags ``jaxicl reproduce`` and ``jaxicl sweep`` add to $XLA_FLAGS
+(GPU GEMM autotuning off for the many small programs; LLVM's optimisation level 1 where JAX runs on the CPU alone),
+and the size of XLA:CPU's thread pool for a ``--jobs`` process."""
+
+from __future__ import annotations
+
+import contextlib
+
+
+# XLA options the command sets unless the user's XLA_FLAGS already name them:
+# - GEMM autotuning took most of the GPU compilation of the reproductions' many small programs (gatmiry2024's Fig. 1
+#   sweep: 34.7 s → 8.3 s on an H100, same numbers and run time); training programs ask for it back
+#   (jaxicl.dynamics.train.TRAINING_COMPILER_OPTIONS).
+DEFAULT_XLA_FLAGS = {"--xla_gpu_autotune_level": "0"}
+# - where JAX can only use the CPU: LLVM at optimisation level 1 instead of 3 (a cold `make reproduce` compiled for
+#   25 % less time; 18 min 22 s -> 17 min 41 s), and the kernels run as fast on these programs (benchmarks/README.md).
+CPU_XLA_FLAGS = {"--xla_backend_optimization_level": "1"}
+
+
+def cpu_only() -> bool:
+    """Whether JAX will run on the CPU alone: ``$JAX_PLATFORMS`` names only ``cpu``, or it is unset and no accelerator
+    plugin (CUDA, ROCm, TPU) is installed. Decided without starting a backend."""
+    import importlib.metadata
+    import importlib.util
+    import os
+
+    platforms = {p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+    if platforms:
+        return platforms == {"cpu"}
+    if importlib.metadata.entry_points(group="jax_plugins") or importlib.util.find_spec("jax_plugins") is not None:
+        return False
+    return importlib.util.find_spec("libtpu") is None
+
+
+@contextlib.contextmanager
+def default_xla_flags():
+    """Within the block, DEFAULT_XLA_FLAGS (and CPU_XLA_FLAGS where `cpu_only`) are added to $XLA_FLAGS, each
+    unless already named there (read when JAX creates its backend, i.e. before any computation, and by the processes
+    the command starts); after it, $XLA_FLAGS is as it was (a test that calls `main` leaves no flags behind
+    for the processes it starts later)."""
+    import os
+
+    before = os.environ.get("XLA_FLAGS")
+    flags = before or ""
+    defaults = {**DEFAULT_XLA_FLAGS, **(CPU_XLA_FLAGS if cpu_only() else {})}
+    extra = [f"{k}={v}" for k, v in defaults.items() if k not in flags]
+    if extra:
+        os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = before
+
+
+def size_cpu_thread_pool(threads: int) -> None:
+    """Start JAX's CPU backend with an XLA intra-op thread pool of ``threads`` threads, then let every thread run on
+    all of this process's CPUs again. XLA:CPU sizes that pool from the CPUs the process may run on when the backend
+    starts, and has no option for it. ``jaxicl reproduce --jobs N`` gives each paper's process its share (cores // N):
+    two processes with a pool of two threads each on two cores wait on each other's threads, and one thread each
+    trains the quick transformers 8-13 % faster (benchmarks/README.md). Linux only (elsewhere: nothing changes);
+    must run before the backend starts."""
+    import os
+
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 1 <= threads < len(cpus):
+        return
+    import jax
+
+    os.sched_setaffinity(0, cpus[:threads])
+    try:
+        jax.devices("cpu")  # the backend starts here, its pool threads inheriting the narrowed set
+    finally:
+        for tid in os.listdir("/proc/self/task"):  # every thread, the pool's too, back on all the CPUs
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except OSError:  # a thread that ended meanwhile
+                pass
