@@ -8,7 +8,7 @@ OUT ?= jaxicl-report
 # CPU-seconds, 2.8 % shorter in two pairs of clean-clone runs on the 2-core VM; benchmarks/README.md)
 JOBS ?= 3
 
-.PHONY: reproduce test test-slow bench docs clean
+.PHONY: reproduce test test-slow bench docs notebooks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ test: $(VENV)/.installed-test  ## install, then run the default test suite (slow
 
 docs: $(VENV)/.installed-test  ## the documentation site (mkdocs, API reference from the docstrings) -> site/
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+notebooks: $(VENV)/.installed-test  ## execute the notebooks in place, keeping their outputs (the site shows them)
+	$(BIN)/python notebooks/execute.py
 
 test-slow: $(VENV)/.installed-test  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q

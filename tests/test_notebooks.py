@@ -1,5 +1,7 @@
-"""Notebooks run top to bottom at quick size."""
+"""Notebooks run top to bottom at quick size, and the outputs stored with them (the documentation site shows them)
+are current and pass the same checks."""
 
+import importlib.util
 from pathlib import Path
 
 import nbformat
@@ -22,6 +24,26 @@ def test_notebook_executes(path):
     assert not errors
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     CHECKS[path.stem](text)
+
+
+def _executor():
+    spec = importlib.util.spec_from_file_location("execute", NOTEBOOKS[0].parent / "execute.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_outputs_are_current_and_pass_the_checks(path):
+    """The outputs kept in each notebook were made by its code as it is now (``make notebooks`` records the hash of its
+    code cells), hold no error, show at least one figure, and pass the checks a fresh run must pass."""
+    nb = nbformat.read(path, as_version=4)
+    stored = nb.metadata.get("jaxicl", {}).get("source_sha256")
+    assert stored == _executor().source_hash(nb), f"{path.name}: its outputs are older than its code: `make notebooks`"
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} shows no figure"
+    CHECKS[path.stem]("".join(o.get("text", "") for o in outputs))
 
 
 def _zhang(text):
