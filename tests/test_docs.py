@@ -13,7 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = ["jaxicl", "jaxicl.tasks", "jaxicl.models", "jaxicl.losses", "jaxicl.dynamics", "jaxicl.baselines",
                   "jaxicl.theory.zhang", "jaxicl.theory.ahn", "jaxicl.theory.gatmiry", "jaxicl.theory.yang",
-                  "jaxicl.runtime.placement", "jaxicl.experiments.settings", "jaxicl.experiments.stage_sweep"]
+                  "jaxicl.runtime", "jaxicl.runtime.placement", "jaxicl.runtime.jobs", "jaxicl.runtime.budget",
+                  "jaxicl.runtime.xla_options", "jaxicl.runtime.compilation_cache", "jaxicl.runtime.profiling",
+                  "jaxicl.experiments.settings", "jaxicl.experiments.stage_sweep"]
 
 
 def _public(module):
@@ -47,5 +49,9 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     top = (site / "api" / "top-level" / "index.html").read_text()
     for anchor in ("jaxicl.population_loss", "jaxicl.sweep.sweep", "jaxicl.sensitivity.sensitivity"):
         assert f'id="{anchor}"' in top, anchor
-    for page in ("getting-started", "guides/gatmiry", "guides/sweeps", "command-line", "api/theory"):
+    for page in ("getting-started", "guides/gatmiry", "guides/sweeps", "guides/gpu", "guides/extending", "command-line",
+                 "api/theory", "api/runtime"):
         assert (site / page / "index.html").stat().st_size > 5000, page
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with their stored outputs, figures too
+        html = (site / "notebooks" / notebook.stem / "index.html").read_text()
+        assert "image/png" in html or "<img" in html, notebook.stem

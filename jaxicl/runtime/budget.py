@@ -39,6 +39,7 @@ class TimeBudget:
 
 
 def plan(budget: TimeBudget | None, runs: int) -> None:
+    """Announce ``runs`` more training runs under ``budget`` (`TimeBudget.plan`); nothing without a budget."""
     if budget is not None:
         budget.plan(runs)
 
