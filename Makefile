@@ -40,7 +40,7 @@ notebooks: $(VENV)/.installed-test  ## execute the notebooks in place, keeping t
 test-slow: $(VENV)/.installed-test  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q
 
-bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/README.md)
+bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; those kept as data go to benchmarks/results/ and benchmarks/README.md)
 	$(BIN)/python benchmarks/bench_flow.py
 	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_ahn.py
@@ -48,6 +48,8 @@ bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; see benchmarks/
 	$(BIN)/python benchmarks/bench_yang.py
 	$(BIN)/python benchmarks/bench_transformer.py
 	$(BIN)/python benchmarks/bench_sensitivity.py
+	$(BIN)/python benchmarks/bench_ols.py
+	$(BIN)/python benchmarks/render.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache site

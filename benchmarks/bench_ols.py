@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxicl import baselines
+from results import record
 
 jax.config.update("jax_enable_x64", True)
 
@@ -35,6 +36,7 @@ def main():
     ys = xs @ jax.random.normal(jax.random.fold_in(key, 1), (args.prompts, args.d, 1)) \
         + 0.1 * jax.random.normal(jax.random.fold_in(key, 2), (args.prompts, args.M, 1))
     print(f"jax {jax.__version__}, devices {jax.devices()}; {args.prompts} prompts of M = {args.M}, d = {args.d}, float64")
+    rows = []
     for platform in platforms:
         device = jax.devices(platform)[0]
         x, y = jax.device_put(xs, device), jax.device_put(ys, device)
@@ -50,8 +52,14 @@ def main():
             sec = float(np.median(times))
             print(f"{platform:5s} {name:16s}: {sec:8.3f} s for {args.prompts} prompts; paper's 16,384 prompts "
                   f"≈ {sec * 16384 / args.prompts:8.1f} s", flush=True)
+            rows.append({"device": platform, "method": name, "prompts": args.prompts, "M": args.M, "d": args.d,
+                         "seconds": sec, "paper's 16,384 prompts (s)": sec * 16384 / args.prompts})
         a, b = out.values()
-        print(f"{platform:5s} max |svd − gram| over the predictions: {float(jnp.max(jnp.abs(a - b))):.2e}")
+        diff = float(jnp.max(jnp.abs(a - b)))
+        print(f"{platform:5s} max |svd − gram| over the predictions: {diff:.2e}")
+        for row in rows[-2:]:
+            row["max abs(svd − gram)"] = diff
+    record("bench_ols", rows)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""Write benchmarks/README.md's result tables from ``benchmarks/results/`` (``python benchmarks/render.py``; ``make
+bench`` runs it after the benchmarks): between ``<!-- results: BENCH -->`` and ``<!-- /results -->``, one table of the
+latest result of each machine for that benchmark, machines side by side in one table (a column says which)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+MARK = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
+
+
+def latest(bench: str, results: Path = RESULTS) -> list[dict]:
+    """The newest result of each machine for ``bench`` (by date, then file name), machines in alphabetical order."""
+    newest: dict[str, dict] = {}
+    for path in sorted((results / bench).glob("*.json")):
+        result = json.loads(path.read_text())
+        if result["machine"] not in newest or result["date"] >= newest[result["machine"]]["date"]:
+            newest[result["machine"]] = result
+    return [newest[m] for m in sorted(newest)]
+
+
+def _cell(value) -> str:
+    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|")  # a table cell cannot hold a bare |
+
+
+def table(bench: str, results: Path = RESULTS) -> str:
+    """A markdown table: one line per row of each machine's latest result, with the machine, its backend, date and
+    commit; the rows' own columns in the order they first appear."""
+    found = latest(bench, results)
+    if not found:
+        return f"(no result recorded yet: run `python benchmarks/{bench}.py`)\n"
+    columns = list(dict.fromkeys(k for r in found for row in r["rows"] for k in row))
+    head = [_cell(c) for c in ("machine", "backend", "date", "commit", *columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in found:
+        for row in r["rows"]:
+            cells = [r["machine"], r["backend"], r["date"], r["commit"], *(_cell(row.get(c, "")) for c in columns)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every marked table rewritten from ``results``."""
+    return MARK.sub(lambda m: m[1] + table(m[2], results) + m[4], text)
+
+
+def main(readme: Path = HERE / "README.md") -> None:
+    readme.write_text(render(readme.read_text()))
+    print(f"[render] {readme}")
+
+
+if __name__ == "__main__":
+    main(*(Path(a) for a in sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""Benchmark results as data. A script records its rows with where, when and at what commit they were measured
+(`record`): ``benchmarks/results/<bench>/<date>-<machine>-<commit>.json``. ``benchmarks/render.py`` writes the tables
+of benchmarks/README.md from the latest result of each machine, so the README shows current numbers and the history
+stays in these files and in git.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("results")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> dict:
+    """Where this process measures: a label (the accelerator's kind, else the CPU and its cores), the backend, the
+    versions (jax, jaxlib, Python), the commit and the date."""
+    import jax
+    import jaxlib
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    backend = jax.default_backend()
+    kind = jax.devices()[0].device_kind if backend != "cpu" else None
+    return {"machine": f"{kind} ({cores} CPU cores)" if kind else f"{cores}-core {_cpu_model()}", "backend": backend,
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
+            "commit": _commit(), "date": datetime.date.today().isoformat()}
+
+
+def record(bench: str, rows: list[dict], *, where: dict | None = None, results: Path | None = None) -> Path:
+    """Write ``rows`` (a list of flat dicts: the numbers, with the columns that say what each is) as one result of the
+    benchmark ``bench``, with `machine`'s description (or ``where``); returns the file."""
+    where = where or machine()
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", where["machine"]).strip("-").lower()
+    path = (results or RESULTS) / bench / f"{where['date']}-{slug}-{where['commit']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"bench": bench, **where, "rows": rows}, indent=1, ensure_ascii=False) + "\n")
+    print(f"[results] {path}", flush=True)
+    return path

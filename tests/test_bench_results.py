@@ -1,0 +1,50 @@
+"""Benchmark results as data (benchmarks/results.py) and the README tables rendered from them (benchmarks/render.py)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machine(tmp_path):
+    results, render = _load("results"), _load("render")
+    where = results.machine()
+    assert set(where) == {"machine", "backend", "jax", "jaxlib", "python", "commit", "date"} and where["machine"]
+    cpu = dict(where, machine="2-core Test CPU", backend="cpu")
+    gpu = dict(where, machine="H100 (16 CPU cores)", backend="gpu")
+    results.record("bench_x", [{"case": "a", "seconds": 2.0}], where=dict(cpu, date="2026-01-01", commit="old"),
+                   results=tmp_path)
+    path = results.record("bench_x", [{"case": "a", "seconds": 1.23456}], where=dict(cpu, date="2026-02-01"),
+                          results=tmp_path)
+    results.record("bench_x", [{"case": "a", "seconds": 0.1}, {"case": "b", "seconds": 0.2, "extra": "y"}],
+                   where=dict(gpu, date="2026-01-15"), results=tmp_path)
+    assert json.loads(path.read_text())["rows"] == [{"case": "a", "seconds": 1.23456}]
+    assert [r["machine"] for r in render.latest("bench_x", tmp_path)] == ["2-core Test CPU", "H100 (16 CPU cores)"]
+    table = render.table("bench_x", tmp_path)
+    lines = table.splitlines()
+    assert lines[0] == "| machine | backend | date | commit | case | seconds | extra |"
+    assert len(lines) == 2 + 3 and "| 2-core Test CPU | cpu | 2026-02-01 |" in lines[2] and "| 1.23 |" in lines[2]
+    assert "2026-01-01" not in table  # only the latest result of each machine
+    readme = "# B\n\ntext\n<!-- results: bench_x -->\nstale\n<!-- /results -->\nafter\n"
+    once = render.render(readme, tmp_path)
+    assert "stale" not in once and table in once and once.endswith("<!-- /results -->\nafter\n")
+    assert render.render(once, tmp_path) == once  # rendering again changes nothing
+    assert "no result recorded yet" in render.table("bench_none", tmp_path)
+    results.record("bench_pipe", [{"a|b": "c|d"}], where=cpu, results=tmp_path)
+    assert render.table("bench_pipe", tmp_path).splitlines()[2].endswith("| c\\|d |")
+
+
+def test_the_readme_tables_are_the_rendering_of_the_recorded_results():
+    """benchmarks/README.md is up to date with benchmarks/results/ (`python benchmarks/render.py` after a benchmark)."""
+    render = _load("render")
+    text = (BENCH / "README.md").read_text()
+    assert render.MARK.search(text), "benchmarks/README.md has no rendered results table"
+    assert render.render(text) == text, "benchmarks/README.md is stale: run `python benchmarks/render.py`"
