@@ -15,8 +15,8 @@ The points run one after another, each a full stage with its own compiled progra
 them (JAX's compilation caches), so a grid over a value (σ, κ, a step count) compiles once and one over a size (d,
 depth) once per size. A stage whose function names ``grid_axes`` sweeps a grid over those settings itself, as one
 compiled, vmapped program (``jaxicl.sweep``): ``lsa:flow``, the LSA flow sweep that ``jaxicl sweep FILE.toml`` runs
-(`BUILTIN`), takes κ, N and the seed that way. A setting the stage itself sweeps as one vmapped program (e.g. Gatmiry's ``kappas``) is set
-as a whole with ``--set``, not gridded. With ``out``, each point's dataset is written as it finishes
+(`BUILTIN`), takes κ, N and the seed that way. A list setting the stage itself sweeps as one vmapped program (e.g.
+Gatmiry's ``kappas``) is set as a whole with ``--set``, not gridded. With ``out``, each point's dataset is written as it finishes
 (``out/points/point-K.nc``, carrying a digest of its settings): an interrupted sweep run again resumes, computing only
 the points missing or whose settings changed.
 """
