@@ -48,7 +48,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxicl.runtime import compilation_cache, losses, models, tasks
+from jaxicl import losses, models, tasks
+from jaxicl.runtime import compilation_cache
 from jaxicl.dynamics import ensemble_size_that_fits, stack_members, step_seconds
 from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
