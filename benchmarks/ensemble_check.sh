@@ -59,7 +59,7 @@ step plan-algoformer "$T_PLAN_A" $REPRODUCE algoformer "$SIZE" --plan --out "$DI
 step plan-yang "$T_PLAN_Y" $REPRODUCE yang2024 "$SIZE" --plan --out "$DIR/plan-yang2024"
 step zhang-full "$T_ZHANG" $REPRODUCE zhang2023 "$SIZE" --plan --out "$DIR/plan-zhang2023" --progress
 for paper in algoformer yang2024 zhang2023; do
-  grep -h -A12 "Training plan" "$DIR/plan-$paper/report.md" 2>/dev/null
+  grep -h -A20 "Training plan" "$DIR/plan-$paper/report.md" 2>/dev/null
 done
 grep -h "partial\|resum" "$DIR/slices/report.md" "$DIR"/slice-*.log 2>/dev/null | grep -v "it/s\]" | head -12
 echo "Logs and reports: $DIR"
