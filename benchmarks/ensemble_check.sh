@@ -19,6 +19,7 @@
 set -uo pipefail
 read -r T_BENCH T_OLS T_SLICE1 T_SLICE2 T_PLAN_A T_PLAN_Y T_ZHANG <<< "${ENSEMBLE_CHECK_TIMEOUTS:-120 25 60 45 35 55 200}"
 source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
+export JAXICL_BENCH_RESULTS="$DIR/results"  # benchmarks that record their results write them here, to be copied back
 if [ "${ENSEMBLE_CHECK_SIZE:-paper}" = quick ]; then
   BENCH="--config quick --dtype float32" SIZE=--quick OLS="--prompts 64 --d 5 --M 41" K=4  # host memory: no auto
 else

@@ -15,11 +15,15 @@ MARK = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
 def latest(bench: str, results: Path = RESULTS) -> list[dict]:
-    """The newest result of each machine for ``bench`` (by date, then file name), machines in alphabetical order."""
+    """The newest result of each machine for ``bench`` (by its time of measurement), machines in alphabetical
+    order."""
+    def when(result):
+        return result.get("time") or result["date"]
+
     newest: dict[str, dict] = {}
     for path in sorted((results / bench).glob("*.json")):
         result = json.loads(path.read_text())
-        if result["machine"] not in newest or result["date"] >= newest[result["machine"]]["date"]:
+        if result["machine"] not in newest or when(result) >= when(newest[result["machine"]]):
             newest[result["machine"]] = result
     return [newest[m] for m in sorted(newest)]
 

@@ -1,5 +1,6 @@
 """Benchmark results as data. A script records its rows with where, when and at what commit they were measured
-(`record`): ``benchmarks/results/<bench>/<date>-<machine>-<commit>.json``. ``benchmarks/render.py`` writes the tables
+(`record`): ``benchmarks/results/<bench>/<date>-<machine>-<commit>.json`` (``$JAXICL_BENCH_RESULTS`` instead of
+``benchmarks/results`` where it is set). ``benchmarks/render.py`` writes the tables
 of benchmarks/README.md from the latest result of each machine, so the README shows current numbers and the history
 stays in these files and in git.
 """
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("results")
+ENV = "JAXICL_BENCH_RESULTS"  # another folder for the results (a trial run, a machine whose results are copied back)
 
 
 def _cpu_model() -> str:
@@ -46,7 +48,8 @@ def machine() -> dict:
     kind = jax.devices()[0].device_kind if backend != "cpu" else None
     return {"machine": f"{kind} ({cores} CPU cores)" if kind else f"{cores}-core {_cpu_model()}", "backend": backend,
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
-            "commit": _commit(), "date": datetime.date.today().isoformat()}
+            "commit": _commit(), "date": datetime.date.today().isoformat(),
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
 def record(bench: str, rows: list[dict], *, where: dict | None = None, results: Path | None = None) -> Path:
@@ -54,7 +57,8 @@ def record(bench: str, rows: list[dict], *, where: dict | None = None, results: 
     benchmark ``bench``, with `machine`'s description (or ``where``); returns the file."""
     where = where or machine()
     slug = re.sub(r"[^A-Za-z0-9]+", "-", where["machine"]).strip("-").lower()
-    path = (results or RESULTS) / bench / f"{where['date']}-{slug}-{where['commit']}.json"
+    folder = results or Path(os.environ.get(ENV) or RESULTS)
+    path = folder / bench / f"{where['date']}-{slug}-{where['commit']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"bench": bench, **where, "rows": rows}, indent=1, ensure_ascii=False) + "\n")
     print(f"[results] {path}", flush=True)

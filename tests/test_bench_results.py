@@ -17,7 +17,7 @@ def _load(name):
 def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machine(tmp_path):
     results, render = _load("results"), _load("render")
     where = results.machine()
-    assert set(where) == {"machine", "backend", "jax", "jaxlib", "python", "commit", "date"} and where["machine"]
+    assert set(where) == {"machine", "backend", "jax", "jaxlib", "python", "commit", "date", "time"} and where["machine"]
     cpu = dict(where, machine="2-core Test CPU", backend="cpu")
     gpu = dict(where, machine="H100 (16 CPU cores)", backend="gpu")
     results.record("bench_x", [{"case": "a", "seconds": 2.0}], where=dict(cpu, date="2026-01-01", commit="old"),
@@ -38,6 +38,12 @@ def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machin
     assert "stale" not in once and table in once and once.endswith("<!-- /results -->\nafter\n")
     assert render.render(once, tmp_path) == once  # rendering again changes nothing
     assert "no result recorded yet" in render.table("bench_none", tmp_path)
+    # two results of one machine on one day: the later measurement, whatever the file names' order
+    results.record("bench_day", [{"run": "late"}], where=dict(cpu, commit="aaa", time="2026-02-01T18:00:00+00:00"),
+                   results=tmp_path)
+    results.record("bench_day", [{"run": "early"}], where=dict(cpu, commit="fff", time="2026-02-01T09:00:00+00:00"),
+                   results=tmp_path)
+    assert [r["rows"][0]["run"] for r in render.latest("bench_day", tmp_path)] == ["late"]
     results.record("bench_pipe", [{"a|b": "c|d"}], where=cpu, results=tmp_path)
     assert render.table("bench_pipe", tmp_path).splitlines()[2].endswith("| c\\|d |")
 
