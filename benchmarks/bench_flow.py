@@ -6,8 +6,8 @@
    (median of repeats) and number of gradient evaluations.
 2. Throughput of 1,000 vmapped gradient flows over random Λ (d = 5): trajectories per second.
 
-Run: ``python benchmarks/bench_flow.py [--repeats 3] [--json out.json]``. Float64 throughout
-(the 1e-6 target needs it).
+Run: ``python benchmarks/bench_flow.py [--repeats 3]``. Float64 throughout (the 1e-6 target needs it). The results
+are recorded as ``bench_flow`` (item 1) and ``bench_flow_vmapped`` (item 2) (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 import jaxicl as icl
 from jaxicl.theory import zhang
+from results import record
 
 TARGET = 1e-6
 
@@ -133,7 +134,6 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dims", type=int, nargs="*", default=[5, 20, 50])
     parser.add_argument("--n-traj", type=int, default=1000)
-    parser.add_argument("--json")
     args = parser.parse_args()
     with jax.enable_x64(True):
         info = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
@@ -152,9 +152,8 @@ def main():
               f"{vm['trajectories_per_second']:.1f} trajectories/s; Python loop over the jitted single flow "
               f"{vm['python_loop_seconds_per_trajectory'] * 1e3:.1f} ms/trajectory -> vmap {vm['vmap_speedup_over_loop']:.1f}x",
               flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"info": info, "convergence": rows, "vmapped": vm}, f, indent=1)
+    record("bench_flow", rows)
+    record("bench_flow_vmapped", [vm])
 
 
 if __name__ == "__main__":
