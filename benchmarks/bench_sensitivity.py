@@ -14,7 +14,8 @@ Time: median of ``--repeats`` calls after compilation. Memory: XLA's buffer assi
 (arguments + outputs + temporaries; ``memory_analysis``), per program. The memory of a reverse pass through a plain
 scan grows with the number of steps (every step's carry is kept); with checkpoints it should stay flat.
 
-Run: ``python benchmarks/bench_sensitivity.py [--repeats 3] [--only flow|gd|adam]``.
+Run: ``python benchmarks/bench_sensitivity.py [--repeats 3] [--only flow|gd|adam]``. A whole run (no ``--only``) is
+recorded as ``bench_sensitivity`` (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import optax
 
 import jaxicl as icl
 from jaxicl.sweep import program_bytes
+from results import record
 from timing import median_time
 
 
@@ -118,16 +120,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=["flow", "gd", "adam"], default=None)
-    ap.add_argument("--json", default=None)
     args = ap.parse_args()
     print(json.dumps({"backend": jax.default_backend(), "jax": jax.__version__, "date": time.strftime("%Y-%m-%d")}))
     rows = []
     for name, fn in (("flow", bench_flow), ("gd", bench_gd), ("adam", bench_adam)):
         if args.only in (None, name):
             rows += fn(args.repeats)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    if args.only is None:  # a partial run is not a result of the benchmark
+        record("bench_sensitivity", rows)
 
 
 if __name__ == "__main__":
