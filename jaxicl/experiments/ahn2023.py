@@ -25,7 +25,7 @@ from ..models import GramBatch, LinearTransformer
 from ..sweep import sweep
 from ..theory import ahn
 from ..runtime.xla_cpu import after
-from .report import Check, PaperResult, fmt, lap_timer, mc_check, save_dataset, save_paper_figure
+from .report import Check, PaperResult, fmt, lap_timer, mc_check, premise, save_dataset, save_paper_figure
 from .settings import Sized
 
 NAME = "ahn2023"
@@ -521,9 +521,9 @@ def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset) -> list[Check]:
                             f"GD {fmt(gd, 3)}", "—", bool(np.all(pgd <= gd * 1.02))))
     tf_depth = ds_depth.transformer.mean("seed").values
     order = np.argsort(ds_depth.depth.values)
-    premise = {} if len(order) > 1 else {"applicable": False, "reason": "one depth: a trend needs two or more"}
     checks.append(Check("test loss decreases with depth", "decreasing", fmt(tf_depth, 3), "—",
-                        bool(np.all(np.diff(tf_depth[order]) < 0)), **premise))
+                        bool(np.all(np.diff(tf_depth[order]) < 0)),
+                        **premise(len(order) > 1, "one depth: a trend needs two or more")))
     return checks
 
 

@@ -93,6 +93,12 @@ def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, hold
                  reason="" if assert_if and applies else reason, seeds=seeds, applicable=bool(applies))
 
 
+def premise(holds: bool, reason: str) -> dict:
+    """The keyword arguments of a `Check` whose premise ``holds`` or not: nothing, or ``applicable=False`` with the
+    ``reason`` (the premise that fails at these settings), so that it is "not applicable" whatever its numbers."""
+    return {} if holds else {"applicable": False, "reason": reason}
+
+
 def count_verdicts(checks) -> dict[str, int]:
     """How many checks have each verdict (every one of `VERDICTS`, zeros included)."""
     counts = dict.fromkeys(VERDICTS, 0)

@@ -34,17 +34,18 @@ def reference_seconds() -> dict[str, float]:
     return dict(json.loads(REFERENCE.read_text())["seconds"])
 
 
+def _recorded(local: Path | None) -> dict[str, float]:
+    """The job times recorded in ``local`` (none where there is no file, or it cannot be read)."""
+    try:
+        return dict(json.loads(local.read_text())["seconds"]) if local is not None and local.is_file() else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def job_seconds() -> dict[str, float]:
     """Each job's quick wall time ("paper" or "paper/part"): the reference run's (`reference_seconds`), updated by
     this machine's last quick ``--jobs`` run where one was recorded."""
-    times = reference_seconds()
-    local = _local_file()
-    if local is not None and local.is_file():
-        try:
-            times.update(json.loads(local.read_text())["seconds"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable: the reference times
-    return times
+    return reference_seconds() | _recorded(_local_file())
 
 
 def record_seconds(seconds: dict[str, float]) -> None:
@@ -55,10 +56,7 @@ def record_seconds(seconds: dict[str, float]) -> None:
     local = _local_file()
     if local is None or not seconds:
         return
-    try:
-        known = json.loads(local.read_text())["seconds"] if local.is_file() else {}
-    except (OSError, ValueError, KeyError, TypeError):
-        known = {}
+    known = _recorded(local)
     try:
         local.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(local) as tmp:

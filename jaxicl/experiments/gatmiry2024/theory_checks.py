@@ -13,7 +13,7 @@ import xarray as xr
 from ... import dynamics, losses, tasks
 from ...sweep import sweep
 from ...theory import gatmiry as G
-from ..report import Check, fmt
+from ..report import Check, fmt, premise
 from .config import LBFGS_FTOL, NAME, Config
 
 # --- theory checks (float64) -------------------------------------------------------------------------
@@ -321,4 +321,4 @@ def _needs_two(values, key: str) -> dict:
     """A trend across ``values`` (the setting ``key``) has no premise with fewer than two of them: the arguments that
     make such a claim "not applicable" (an empty comparison would pass whatever the numbers)."""
     n = len(set(np.asarray(values).tolist()))
-    return {} if n >= 2 else {"applicable": False, "reason": f"{key} has {n} value: a trend needs two or more"}
+    return premise(n >= 2, f"{key} has {n} value: a trend needs two or more")

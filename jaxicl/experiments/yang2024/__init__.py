@@ -29,7 +29,8 @@ from ...models import MultiHeadSoftmaxICL
 from ...sweep import sweep
 from ...runtime.budget import TimeBudget
 from ...theory import yang as Y
-from ..report import Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, save_dataset, save_paper_figure
+from ..report import (
+    Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, premise, save_dataset, save_paper_figure)
 # the reproduction's names live in this package's modules (settings, Figs. 2(b)/5) and are all reachable from here
 from .config import NAME, SIZES, TITLE, TRANSFORMER_SETTINGS, Config, TransformerConfig  # noqa: F401
 from .transformer import (  # noqa: F401
@@ -82,8 +83,7 @@ def check_prop1(cfg: Config, key) -> list[Check]:
 def _prop1_premise(cfg: Config) -> dict:
     """Prop. 1 (and through it Assumption 2, hence Thm 2's convergence) needs H ≥ N: the arguments that make a claim
     resting on it "not applicable" at settings with fewer heads."""
-    return {} if cfg.heads >= cfg.N else {"applicable": False, "reason": f"heads = {cfg.heads} < N = {cfg.N}: Prop. 1 "
-                                                                           "(Assumption 2, Thm 2) needs H ≥ N"}
+    return premise(cfg.heads >= cfg.N, f"heads = {cfg.heads} < N = {cfg.N}: Prop. 1 (Assumption 2, Thm 2) needs H ≥ N")
 
 
 def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
@@ -267,13 +267,12 @@ def _fig3_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
         Check(f"Fig. 3 / §3.2: the gap vanishes at N = m = {cfg.fig3_m} and is smallest there ({cfg.fig3_seeds} feature draws)",
               "0 at N = m; argmin = m", f"max gap at N = m: {np.abs(at_m).max():.2g}; argmin N {sorted(set(Ns[np.argmin(g, axis=1)].tolist()))}",
               "1e-10 · max gap", bool(np.abs(at_m).max() <= 1e-10 * g.max() and np.all(Ns[np.argmin(g, axis=1)] == cfg.fig3_m)),
-              **({} if cfg.fig3_m in Ns else {"applicable": False, "reason": f"fig3_Ns does not hold N = fig3_m = "
-                                                                               f"{cfg.fig3_m}"})),
+              **premise(cfg.fig3_m in Ns, f"fig3_Ns does not hold N = fig3_m = {cfg.fig3_m}")),
         mc_check(f"Fig. 3: closed-form expected gap = Monte Carlo ({cfg.fig3_mc} prompts, N ≠ m)", exact0[off], mc[off],
                  se[off], predicted=fmt(exact0[off], 3), simulated=fmt(mc[off], 3)),
         Check("Fig. 3: at N = m the Monte-Carlo gap is 0 on every prompt", "0", fmt(mc[~off], 3), "abs 1e-12",
-              bool(np.all(np.abs(mc[~off]) < 1e-12)), **({} if (~off).any() else {
-                  "applicable": False, "reason": f"fig3_mc_Ns does not hold N = fig3_m = {cfg.fig3_m}"})),
+              bool(np.all(np.abs(mc[~off]) < 1e-12)),
+              **premise((~off).any(), f"fig3_mc_Ns does not hold N = fig3_m = {cfg.fig3_m}")),
         paper_claim(f"Fig. 3: the closer N is to m, the smaller the gap (mean over {g.shape[0]} draws: decreasing "
                     "below m, increasing above)", "monotone on each side", f"{'yes' if mono else 'no'} (each draw alone: "
                     f"{per_draw} of {g.shape[0]}; the mean gap: {fmt(mean, 2)} for N = {fmt(Ns, 3)})", "strict", mono,
