@@ -16,7 +16,8 @@
    a recorded run, then the median wall time of fresh runs of exactly that many iterations, after
    compilation.
 
-Run: ``python benchmarks/bench_ahn.py [--repeats 5] [--skip-target]``.
+Run: ``python benchmarks/bench_ahn.py [--repeats 5] [--skip-target]``. The results are recorded as
+``bench_ahn_loss_grad`` (item 1) and ``bench_ahn_time_to_target`` (item 2) (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import jax.numpy as jnp
 import jaxicl as icl
 from jaxicl.experiments import ahn2023
 from jaxicl.models import GramBatch, LinearTransformer
+from results import record  # benchmarks/results.py
 from timing import median_time  # benchmarks/timing.py
 
 
@@ -69,15 +71,19 @@ def loss_grad_bench(repeats: int):
     print(f"float32 matmul peak (2048³ GEMM): {peak / 1e9:.1f} GFLOP/s")
     print("| variant | median time | prompts / s | XLA flops | fraction of matmul peak |")
     print("|---|---|---|---|---|")
-    rows = {}
+    rows = []
     for name, (fn, data) in variants.items():
         f = jax.jit(lambda m, x, fn=fn: eqx.filter_value_and_grad(fn)(m, x))
         t = median_time(f, model, data, repeats=repeats)
         fl = flops(f, model, data)
-        rows[name] = t
+        rows.append({"variant": name, "prompts": B, "ms": 1e3 * t, "prompts per s": B / t, "XLA GFLOP": fl / 1e9,
+                     "share of matmul peak": fl / t / peak, "matmul peak GFLOP/s": peak / 1e9})
         print(f"| {name} | {t * 1e3:.1f} ms | {B / t:,.0f} | {fl / 1e9:.3f} GFLOP | {fl / t / peak:.1%} |", flush=True)
-    base = rows["direct (eq. 3, vmapped)"]
-    print("speed-ups over direct: " + ", ".join(f"{k}: {base / v:.1f}×" for k, v in rows.items()))
+    base = rows[0]["ms"]
+    for row in rows:
+        row["speed-up over direct"] = base / row["ms"]
+    print("speed-ups over direct: " + ", ".join(f"{r['variant']}: {r['speed-up over direct']:.1f}×" for r in rows))
+    record("bench_ahn_loss_grad", rows)
 
 
 def time_to_target_bench(repeats: int, seeds: int = 3):
@@ -89,11 +95,14 @@ def time_to_target_bench(repeats: int, seeds: int = 3):
     print(f"Thm 4 point: a* = {a_star}, population loss {fam_loss:.4f}")
     print("| optimizer | iterations to target | median wall time to target (after compilation) |")
     print("|---|---|---|")
+    rows = []
     for method in ahn2023.OPTIMIZERS:
         res, stride, _ = ahn2023.train_seeds(cfg, keys, method, "preconditioner", cfg.n, a_star)
         k = ahn2023._iterations_to_target(res, stride, cfg)
         if k is None:
             print(f"| {method} | not reached in {ahn2023._steps(cfg, method)} | — |", flush=True)
+            rows.append({"optimizer": method, "seeds": seeds, "iterations to target": "not reached",
+                         "iterations run": ahn2023._steps(cfg, method)})
             continue
         k = max(k, 1)
 
@@ -106,6 +115,8 @@ def time_to_target_bench(repeats: int, seeds: int = 3):
         # the problem set-up (sampling, Gram statistics) is inside the timed call: it is part of the work
         t = median_time(run, keys, repeats=repeats)
         print(f"| {method} | {k} | {t:.2f} s |", flush=True)
+        rows.append({"optimizer": method, "seeds": seeds, "iterations to target": k, "seconds to target": t})
+    record("bench_ahn_time_to_target", rows)
 
 
 def main():

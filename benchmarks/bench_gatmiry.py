@@ -11,7 +11,8 @@
    of 256 fresh prompts). One timed run (it takes minutes; compilation included); prints the convergence statistic (change of the windowed training loss over the last two
    windows) and the final test losses.
 
-Run: ``python benchmarks/bench_gatmiry.py [--repeats 5] [--skip-grid]``.
+Run: ``python benchmarks/bench_gatmiry.py [--repeats 5] [--skip-grid]``. The results are recorded as
+``bench_gatmiry_loss_grad``, ``bench_gatmiry_fixed_gram`` and ``bench_gatmiry_grid`` (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import jaxicl as icl
 from jaxicl.experiments import gatmiry2024 as g
 from jaxicl.losses.restricted import GaussianXBatch
+from results import record  # benchmarks/results.py
 from timing import median_time  # benchmarks/timing.py
 
 
@@ -52,6 +54,11 @@ def loss_grad_bench(repeats: int):
     print(f"  model.predict, vmapped            : {1e3 * t_plain:.2f} ms  ({B / t_plain:,.0f} prompts/s)")
     print(f"  direct eq. (3), vmapped           : {1e3 * t_direct:.2f} ms  ({B / t_direct:,.0f} prompts/s)")
     print(f"  ratios: {t_plain / t_stats:.1f}x (predict), {t_direct / t_stats:.1f}x (direct)")
+    record("bench_gatmiry_loss_grad", [
+        {"path": name, "d": d, "n": n, "L": L, "prompts": B, "ms": 1e3 * t, "prompts per s": B / t,
+         "time ÷ statistics path": t / t_stats}
+        for name, t in (("statistics (gaussian_x_loss)", t_stats), ("model.predict, vmapped", t_plain),
+                        ("direct eq. (3), vmapped", t_direct))])
 
 
 def fixed_gram_bench(repeats: int):
@@ -69,6 +76,10 @@ def fixed_gram_bench(repeats: int):
     n = len(cfg.kappas) * len(cfg.fg_depths) * 2
     print(f"fixed Gram: exact optimum for {len(cfg.kappas)} κ × 10 L × 2 architectures: {t_theory:.3f} s")
     print(f"fixed Gram: {n} L-BFGS trainings ({cfg.fg_steps} iterations, float64, one sweep): median {statistics.median(ts):.2f} s")
+    record("bench_gatmiry_fixed_gram", [
+        {"work": f"exact optima, {len(cfg.kappas)} κ × {max(cfg.depths)} L × 2 (first call)", "seconds": t_theory},
+        {"work": f"{n} L-BFGS trainings × {cfg.fg_steps} iterations, one sweep (median of {repeats})",
+         "seconds": statistics.median(ts)}])
 
 
 def grid_bench():
@@ -84,6 +95,10 @@ def grid_bench():
     print(f"  wall time (one sweep call, compilation included): {wall:.1f} s")
     print(f"  convergence: change over the last two windows ({cfg.steps // cfg.curve_windows} steps each): "
           f"median {np.median(change):.2%}, max {change.max():.2%}")
+    record("bench_gatmiry_grid", [{"trainings": curve[..., 0].size, "Adam steps": cfg.steps, "prompts per step": cfg.batch,
+                                   "seconds (compilation included)": wall,
+                                   "median change, last two windows": float(np.median(change)),
+                                   "largest change": float(change.max())}])
     m = ds.test_loss.mean("seed")
     for looped in (0, 1):
         print(f"  {g.ARCH[looped]} test loss (rows κ, columns L):")

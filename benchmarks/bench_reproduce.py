@@ -24,7 +24,9 @@ transformers' training programs compile (README, "Command line", XLA options); t
 Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
 [--stages] [--jobs N] [--timeout S] [--cold-only]`` (default: every paper, JAX's default backend). Minutes per paper
 on a 2-core CPU (``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the
-transformer trainings (and the AlgoFormer paper).
+transformer trainings (and the AlgoFormer paper). The rows are recorded as ``bench_reproduce``
+(``benchmarks/results.py``), one variant per way of running (alone or ``--jobs N``, the papers, the transformers in
+or out).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from results import record  # benchmarks/results.py
 
 SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, \d+ not reproduced, (?:\d+ not applicable, )?\d+ "
                      r"reported in (?P<wall>[\d.]+) s "
@@ -132,6 +136,7 @@ def main():
     print("| paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | "
           "cold ÷ warm |\n|---|---|---|---|---|---|", flush=True)
     walls = {}
+    rows = []
 
     def row(name, label, pinned, runs):
         cold, warm = runs.get("cold"), runs.get("warm")
@@ -143,6 +148,13 @@ def main():
         ratio = f"{cold.seconds / warm.seconds:.2f}×" if cold and warm else "—"
         print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | {checks} | {cold_s} | "
               f"{warm_s} | {ratio} |", flush=True)
+        rows.append({"paper": name, "platform": label + (f" ({len(pinned)} CPUs)" if pinned else ""), "checks": checks,
+                     "cold wall (s)": cold.seconds if cold else "not finished",
+                     "cold compile (s)": cold.compile if cold else "", "XLA programs": cold.programs if cold else "",
+                     "warm wall (s)": warm.seconds if warm else ("not finished" if "warm" in runs else ""),
+                     "warm compile (s)": warm.compile if warm else "",
+                     "from cache": f"{warm.hits} of {warm.programs}" if warm else "",
+                     "cold ÷ warm": cold.seconds / warm.seconds if cold and warm else ""})
         if args.stages:
             for what, run in runs.items():
                 if run:
@@ -161,12 +173,17 @@ def main():
                 warm = f"{together['warm'][0]:.1f} s" if "warm" in together else "—"
                 print(f"| all, --jobs {args.jobs} (whole command) | {label} | | {together['cold'][0]:.1f} s | "
                       f"{warm} | |", flush=True)
+                rows.append({"paper": f"all, --jobs {args.jobs} (whole command)", "platform": label,
+                             "cold wall (s)": together["cold"][0],
+                             "warm wall (s)": together["warm"][0] if "warm" in together else ""})
             continue
         for name in names:
             with tempfile.TemporaryDirectory(prefix=f"bench_reproduce_{name}_") as tmp:  # cache and both --out
                 row(name, label, pinned, {what: reproduce_once(name, Path(tmp) / what, Path(tmp) / "cache", platform,
                                                                pinned, not args.skip_transformers)
                                           for what in kinds})
+    mode = f"--jobs {args.jobs}" if args.jobs else "each paper alone"
+    record("bench_reproduce", rows, variant=" ".join([mode, *names] + ["--skip-transformers"] * args.skip_transformers))
     if len(args.platforms) == 2:
         a, b = (p or "default" for p in args.platforms)
         print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")

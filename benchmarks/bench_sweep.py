@@ -11,7 +11,8 @@
 2. Throughput of the ``loss_grad`` sweep with 1, 2 and 4 forced host devices (subprocesses with
    ``XLA_FLAGS=--xla_force_host_platform_device_count=K``).
 
-Run: ``python benchmarks/bench_sweep.py [--repeats 3]``. Float32 (the default dtype).
+Run: ``python benchmarks/bench_sweep.py [--repeats 3]``. Float32 (the default dtype). The results are recorded as
+``bench_sweep`` (item 1) and ``bench_sweep_devices`` (item 2) (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import jaxicl as icl
 from jaxicl.experiments.lsa_sweep import geometric_covariance
 from jaxicl.losses import lsa_population_loss
+from results import record  # benchmarks/results.py
 
 GRID = {"kappa": [1.0 + i for i in range(10)], "n_context": [5 * (i + 1) for i in range(10)], "seed": list(range(10))}
 GRIDS = {"loss_grad": GRID, "flow": {**GRID, "seed": [0, 1]}}  # flows: 200 points (each takes ~0.1 s)
@@ -111,16 +113,19 @@ def main():
         return devices_mode(args.repeats)
     print(json.dumps({"backend": jax.default_backend(), "jax": jax.__version__, "date": time.strftime("%Y-%m-%d"),
                       "cpus": os.cpu_count()}))
-    rows = {}
+    rows = []
     for name in FUNCS:
         reps = args.repeats
         t_sweep = median_time(lambda: run_sweep(name), reps)
         t_loop = median_time(lambda: run_loop(name), reps) * LOOP_STRIDE[name]
-        rows[name] = {"sweep_seconds": t_sweep, "loop_seconds": t_loop, "ratio": t_loop / t_sweep, "repeats": reps}
         n_pts = len(run_loop_points(name))
+        rows.append({"point": name, "points": n_pts, "sweep seconds": t_sweep, "loop seconds": t_loop,
+                     "loop points timed": n_pts // LOOP_STRIDE[name], "loop ÷ sweep": t_loop / t_sweep})
+        record("bench_sweep", rows)  # after each: a run stopped at a time limit keeps what it measured
         scaled = "" if LOOP_STRIDE[name] == 1 else f" ({n_pts // LOOP_STRIDE[name]} points timed, x{LOOP_STRIDE[name]})"
         print(f"{name:9s}: {n_pts}-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s"
               f"{scaled}, ratio {t_loop / t_sweep:.1f}x", flush=True)
+    devices = []
     for k in () if args.skip_devices or jax.default_backend() != "cpu" else (1, 2, 4):
         env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={k}"}
         res = subprocess.run([sys.executable, __file__, "--devices-mode", "--repeats", str(args.repeats)],
@@ -128,6 +133,9 @@ def main():
         row = json.loads(res.stdout.strip().splitlines()[-1])
         print(f"loss_grad sweep on {k} forced host device(s): {row['seconds']:.3f} s, "
               f"{row['points_per_second']:.0f} points/s", flush=True)
+        devices.append({"forced host devices": k, "seconds": row["seconds"], "points per s": row["points_per_second"]})
+    if devices:
+        record("bench_sweep_devices", devices)
 
 
 if __name__ == "__main__":

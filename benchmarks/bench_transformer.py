@@ -32,7 +32,8 @@ things that trade compilation for step time (``jaxicl.models.transformer.UNROLL`
 Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 3] [--chunk N]
 [--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N] [--ensemble K|auto] [--peak-tflops P]``
 (chunk default: 20 steps at quick size, 2
-at paper size).
+at paper size). The results are recorded as ``bench_transformer`` (``benchmarks/results.py``), one row per model,
+size, compute dtype and ensemble size.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.experiments import zhang2023 as Z
+from results import record  # benchmarks/results.py
 
 train_module = importlib.import_module("jaxicl.dynamics.train")  # the module: jaxicl.dynamics.train is the function
 
@@ -154,6 +156,7 @@ def run_configs(args, compute):
     print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll "
           f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
           f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}")
+    rows = []
     for name in (["quick", "paper"] if args.config == "both" else [args.config]):
         size = "quick" if name == "quick" else "full"
         chunk = args.chunk or (20 if name == "quick" else 2)
@@ -183,6 +186,15 @@ def run_configs(args, compute):
                   f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "
                   f"chunk {chunk} x {args.repeats}",
                   flush=True)
+            rows.append({"size": name, "model": label, "dtype": args.dtype, "members": members or 1,
+                         "ms per step": 1e3 * sec, "member-steps per s": (members or 1) / sec,
+                         "TFLOP/s": flops / sec / 1e12,
+                         "share of peak": flops / sec / 1e12 / args.peak_tflops if args.peak_tflops else "",
+                         "peak memory (MiB)": mem / 2**20, "fused attention": "yes" if fused else "no",
+                         "compile (s)": compile_s, "unrolled": "yes" if models.transformer._unroll() else "no"})
+            # after every model, so that a run stopped at a time limit keeps the models it measured
+            record("bench_transformer", rows, variant=f"{args.config} {args.dtype} {args.only or 'all'} "
+                                                      f"ensemble {args.ensemble or 1}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@
    it is the mean of chunks 1–8 × 9). Prints iterations per second and the step at which every stable
    H ≥ N reached Δ/Δ(0) < 2e-3.
 
-Run: ``python benchmarks/bench_yang.py [--repeats 5] [--skip-sweep]``.
+Run: ``python benchmarks/bench_yang.py [--repeats 5] [--skip-sweep]``. The results are recorded as ``bench_yang_step``
+(item 1) and ``bench_yang_sweep`` (item 2) (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import jaxicl as icl
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.models import MultiHeadSoftmaxICL
 from jaxicl.theory import yang as Y
+from results import record  # benchmarks/results.py
 from timing import median_time  # benchmarks/timing.py
 
 
@@ -39,6 +41,7 @@ def step_bench(repeats: int, task64):
     with jax.enable_x64(False):
         task = Yx._cast(task64, jnp.float32)
         print(f"one GD step (float32, N={cfg.N}, K={cfg.K}, d={cfg.d}, m={cfg.m}):")
+        rows = []
         for H in (64, 400):
             m0 = MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), H, cfg.d, cfg.K, dtype=jnp.float32)
             steps = m0.step_sizes(cfg.eta_Q, cfg.eta_w)
@@ -49,6 +52,9 @@ def step_bench(repeats: int, task64):
             t_mc = median_time(mc, m0, repeats=repeats) / 10
             print(f"  H={H:4d}: exact loss {1e3 * t_exact:6.2f} ms/step ({1 / t_exact:6.1f} it/s); Monte Carlo, 256 prompts "
                   f"{1e3 * t_mc:6.2f} ms/step; ratio {t_mc / t_exact:.2f}x")
+            rows.append({"H": H, "N": cfg.N, "K": cfg.K, "d": cfg.d, "exact loss, ms per step": 1e3 * t_exact,
+                         "Monte Carlo (256 prompts), ms per step": 1e3 * t_mc, "Monte Carlo ÷ exact": t_mc / t_exact})
+    record("bench_yang_step", rows)
 
 
 def sweep_bench(task64):
@@ -76,6 +82,11 @@ def sweep_bench(task64):
           + ", ".join(f"H={h}: {r:.2g}" for h, r in zip(H, ratio)))
     if conv_step:
         print(f"  time to that convergence after compilation: {per_chunk * n * conv_step / cfg.fig4_steps:.1f} s")
+    record("bench_yang_sweep", [{"head counts": n, "padded to H": int(max(H)), "GD steps": cfg.fig4_steps,
+                                 "seconds (compilation included)": total, "seconds after compilation": after_compile,
+                                 "GD iterations per s": iters / after_compile,
+                                 "converged (Δ/Δ(0) < 2e-3) at step": conv_step if conv_step else "not reached",
+                                 "diverged H": " ".join(str(int(h)) for h in H[diverged]) or "none"}])
 
 
 def main():

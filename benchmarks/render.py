@@ -15,17 +15,18 @@ MARK = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
 def latest(bench: str, results: Path = RESULTS) -> list[dict]:
-    """The newest result of each machine for ``bench`` (by its time of measurement), machines in alphabetical
-    order."""
+    """The newest result of each machine and variant for ``bench`` (by its time of measurement), in alphabetical
+    order of machine, then variant."""
     def when(result):
         return result.get("time") or result["date"]
 
-    newest: dict[str, dict] = {}
+    newest: dict[tuple[str, str], dict] = {}
     for path in sorted((results / bench).glob("*.json")):
         result = json.loads(path.read_text())
-        if result["machine"] not in newest or when(result) >= when(newest[result["machine"]]):
-            newest[result["machine"]] = result
-    return [newest[m] for m in sorted(newest)]
+        which = result["machine"], result.get("variant", "")
+        if which not in newest or when(result) >= when(newest[which]):
+            newest[which] = result
+    return [newest[w] for w in sorted(newest)]
 
 
 def _cell(value) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).with_name("results")
 ENV = "JAXICL_BENCH_RESULTS"  # another folder for the results (a trial run, a machine whose results are copied back)
+COMMIT = "JAXICL_BENCH_COMMIT"  # the commit measured, where the tree has no git history (a copy sent to a GPU machine)
 
 
 def _cpu_model() -> str:
@@ -30,6 +31,8 @@ def _cpu_model() -> str:
 
 
 def _commit() -> str:
+    if os.environ.get(COMMIT):
+        return os.environ[COMMIT]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
                               cwd=Path(__file__).parent).stdout.strip()
@@ -52,14 +55,22 @@ def machine() -> dict:
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
-def record(bench: str, rows: list[dict], *, where: dict | None = None, results: Path | None = None) -> Path:
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+def record(bench: str, rows: list[dict], *, variant: str = "", where: dict | None = None,
+           results: Path | None = None) -> Path:
     """Write ``rows`` (a list of flat dicts: the numbers, with the columns that say what each is) as one result of the
-    benchmark ``bench``, with `machine`'s description (or ``where``); returns the file."""
+    benchmark ``bench``, with `machine`'s description (or ``where``); returns the file. ``variant`` names what one
+    command of a benchmark that several commands share measured (bench_transformer's model, size and dtype): the
+    README shows the latest result of each machine and variant."""
     where = where or machine()
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", where["machine"]).strip("-").lower()
     folder = results or Path(os.environ.get(ENV) or RESULTS)
-    path = folder / bench / f"{where['date']}-{slug}-{where['commit']}.json"
+    name = "-".join(filter(None, (where["date"], _slug(where["machine"]), _slug(variant), where["commit"])))
+    path = folder / bench / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"bench": bench, **where, "rows": rows}, indent=1, ensure_ascii=False) + "\n")
+    result = {"bench": bench, **where, **({"variant": variant} if variant else {}), "rows": rows}
+    path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     print(f"[results] {path}", flush=True)
     return path

@@ -44,6 +44,13 @@ def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machin
     results.record("bench_day", [{"run": "early"}], where=dict(cpu, commit="fff", time="2026-02-01T09:00:00+00:00"),
                    results=tmp_path)
     assert [r["rows"][0]["run"] for r in render.latest("bench_day", tmp_path)] == ["late"]
+    # one benchmark measured by several commands (variants): the latest of each variant, each from its own file
+    for variant, seconds in (("paper bf16", 1.0), ("quick float32", 2.0), ("paper bf16", 3.0)):
+        results.record("bench_var", [{"seconds": seconds}], variant=variant,
+                       where=dict(cpu, time=f"2026-02-01T1{int(seconds)}:00:00+00:00"), results=tmp_path)
+    assert len(list((tmp_path / "bench_var").glob("*.json"))) == 2  # the same variant, day and commit: one file
+    assert [(r["variant"], r["rows"][0]["seconds"]) for r in render.latest("bench_var", tmp_path)] == [
+        ("paper bf16", 3.0), ("quick float32", 2.0)]
     results.record("bench_pipe", [{"a|b": "c|d"}], where=cpu, results=tmp_path)
     assert render.table("bench_pipe", tmp_path).splitlines()[2].endswith("| c\\|d |")
 
