@@ -14,8 +14,8 @@ Time: median of ``--repeats`` calls after compilation. Memory: XLA's buffer assi
 (arguments + outputs + temporaries; ``memory_analysis``), per program. The memory of a reverse pass through a plain
 scan grows with the number of steps (every step's carry is kept); with checkpoints it should stay flat.
 
-Run: ``python benchmarks/bench_sensitivity.py [--repeats 3] [--only flow|gd|adam]``. A whole run (no ``--only``) is
-recorded as ``bench_sensitivity`` (``benchmarks/results.py``).
+Run: ``python benchmarks/bench_sensitivity.py [--repeats 3] [--only flow|gd|adam]``. Each kind of run is recorded as
+``bench_sensitivity``, variant ``flow``, ``gd`` or ``adam`` (``benchmarks/results.py``), as soon as it is measured.
 """
 
 from __future__ import annotations
@@ -122,12 +122,9 @@ def main():
     ap.add_argument("--only", choices=["flow", "gd", "adam"], default=None)
     args = ap.parse_args()
     print(json.dumps({"backend": jax.default_backend(), "jax": jax.__version__, "date": time.strftime("%Y-%m-%d")}))
-    rows = []
     for name, fn in (("flow", bench_flow), ("gd", bench_gd), ("adam", bench_adam)):
-        if args.only in (None, name):
-            rows += fn(args.repeats)
-    if args.only is None:  # a partial run is not a result of the benchmark
-        record("bench_sensitivity", rows)
+        if args.only in (None, name):  # each kind of run is a variant of its own, recorded as soon as it is measured
+            record("bench_sensitivity", fn(args.repeats), variant=name)
 
 
 if __name__ == "__main__":
