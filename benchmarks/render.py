@@ -29,8 +29,20 @@ def latest(bench: str, results: Path = RESULTS) -> list[dict]:
     return [newest[w] for w in sorted(newest)]
 
 
+def script(bench: str) -> str:
+    """The script that records ``bench``: the benchmark's name, or the longest script name it begins with
+    (bench_ahn.py records bench_ahn_loss_grad)."""
+    names = [p.name for p in HERE.glob("bench_*.py") if bench == p.stem or bench.startswith(p.stem + "_")]
+    return max(names, key=len, default=f"{bench}.py")
+
+
+def _number(value: float) -> str:
+    """Three significant digits, without an exponent from 1,000 up (1,107 rather than 1.11e+03)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def _cell(value) -> str:
-    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    text = _number(value) if isinstance(value, float) else str(value)
     return text.replace("|", "\\|")  # a table cell cannot hold a bare |
 
 
@@ -39,7 +51,7 @@ def table(bench: str, results: Path = RESULTS) -> str:
     commit; the rows' own columns in the order they first appear."""
     found = latest(bench, results)
     if not found:
-        return f"(no result recorded yet: run `python benchmarks/{bench}.py`)\n"
+        return f"(no result recorded yet: run `python benchmarks/{script(bench)}`)\n"
     columns = list(dict.fromkeys(k for r in found for row in r["rows"] for k in row))
     head = [_cell(c) for c in ("machine", "backend", "date", "commit", *columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

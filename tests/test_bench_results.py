@@ -37,7 +37,8 @@ def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machin
     once = render.render(readme, tmp_path)
     assert "stale" not in once and table in once and once.endswith("<!-- /results -->\nafter\n")
     assert render.render(once, tmp_path) == once  # rendering again changes nothing
-    assert "no result recorded yet" in render.table("bench_none", tmp_path)
+    assert "no result recorded yet: run `python benchmarks/bench_none.py`" in render.table("bench_none", tmp_path)
+    assert "benchmarks/bench_ahn.py`" in render.table("bench_ahn_time_to_target", tmp_path)
     # two results of one machine on one day: the later measurement, whatever the file names' order
     results.record("bench_day", [{"run": "late"}], where=dict(cpu, commit="aaa", time="2026-02-01T18:00:00+00:00"),
                    results=tmp_path)
@@ -51,6 +52,8 @@ def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machin
     assert len(list((tmp_path / "bench_var").glob("*.json"))) == 2  # the same variant, day and commit: one file
     assert [(r["variant"], r["rows"][0]["seconds"]) for r in render.latest("bench_var", tmp_path)] == [
         ("paper bf16", 3.0), ("quick float32", 2.0)]
+    results.record("bench_num", [{"a": 1107.46, "b": 0.05883, "c": 7.4e-08, "d": 12}], where=cpu, results=tmp_path)
+    assert render.table("bench_num", tmp_path).splitlines()[2].endswith("| 1,107 | 0.0588 | 7.4e-08 | 12 |")
     results.record("bench_pipe", [{"a|b": "c|d"}], where=cpu, results=tmp_path)
     assert render.table("bench_pipe", tmp_path).splitlines()[2].endswith("| c\\|d |")
 
