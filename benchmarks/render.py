@@ -48,16 +48,17 @@ def _cell(value) -> str:
 
 def table(bench: str, results: Path = RESULTS) -> str:
     """A markdown table: one line per row of each machine's latest result, with the machine, its backend, date and
-    commit; the rows' own columns in the order they first appear."""
+    commit (and the variant, where a result names one); the rows' own columns in the order they first appear."""
     found = latest(bench, results)
     if not found:
         return f"(no result recorded yet: run `python benchmarks/{script(bench)}`)\n"
     columns = list(dict.fromkeys(k for r in found for row in r["rows"] for k in row))
-    head = [_cell(c) for c in ("machine", "backend", "date", "commit", *columns)]
+    where = ["machine", "backend", "date", "commit"] + (["variant"] if any(r.get("variant") for r in found) else [])
+    head = [_cell(c) for c in (*where, *columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in found:
         for row in r["rows"]:
-            cells = [r["machine"], r["backend"], r["date"], r["commit"], *(_cell(row.get(c, "")) for c in columns)]
+            cells = [_cell(r.get(w, "")) for w in where] + [_cell(row.get(c, "")) for c in columns]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

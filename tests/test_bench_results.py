@@ -52,6 +52,8 @@ def test_results_are_recorded_with_where_and_when_and_rendered_latest_per_machin
     assert len(list((tmp_path / "bench_var").glob("*.json"))) == 2  # the same variant, day and commit: one file
     assert [(r["variant"], r["rows"][0]["seconds"]) for r in render.latest("bench_var", tmp_path)] == [
         ("paper bf16", 3.0), ("quick float32", 2.0)]
+    assert render.table("bench_var", tmp_path).splitlines()[0].startswith("| machine | backend | date | commit | variant |")
+    assert "variant" not in render.table("bench_x", tmp_path)
     results.record("bench_num", [{"a": 1107.46, "b": 0.05883, "c": 7.4e-08, "d": 12}], where=cpu, results=tmp_path)
     assert render.table("bench_num", tmp_path).splitlines()[2].endswith("| 1,107 | 0.0588 | 7.4e-08 | 12 |")
     results.record("bench_pipe", [{"a|b": "c|d"}], where=cpu, results=tmp_path)
