@@ -40,7 +40,7 @@ notebooks: $(VENV)/.installed-test  ## execute the notebooks in place, keeping t
 test-slow: $(VENV)/.installed-test  ## the slow tests: the long quick reproductions (see README, Tests)
 	$(BIN)/python -m pytest -m slow -q
 
-bench: $(VENV)/.installed  ## timing benchmarks (prints numbers; those kept as data go to benchmarks/results/ and benchmarks/README.md)
+bench: $(VENV)/.installed  ## timing benchmarks: each records its results in benchmarks/results/, then benchmarks/README.md's tables are rendered
 	$(BIN)/python benchmarks/bench_flow.py
 	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_ahn.py
