@@ -61,7 +61,7 @@ def sweep_bench(task64):
     stage = timer.lap("Fig. 4 sweep")
     total, after_compile = stage.wall, stage.run  # run: the wall time less the compilation spans (jax.monitoring)
     n = len(cfg.fig4_heads)
-    per_chunk = after_compile / n
+    per_head = after_compile / n
     iters = n * cfg.fig4_steps
     diverged, first_bad, ratio, limit = Yx._fig4_summary(ds, cfg)
     H = ds.heads.values
@@ -70,13 +70,13 @@ def sweep_bench(task64):
     reached = np.all(ex <= 2e-3 * ex[:, :1], axis=0)
     conv_step = int(ds.iteration.values[np.argmax(reached)]) if reached.any() else None
     print(f"Fig. 4 sweep, {n} head counts {[int(h) for h in H]} padded to powers of two, {cfg.fig4_steps} GD steps each (float32):")
-    print(f"  wall time {total:.1f} s in all; after compilation {after_compile:.1f} s ({per_chunk:.2f} s per head count, "
+    print(f"  wall time {total:.1f} s in all; after compilation {after_compile:.1f} s ({per_head:.2f} s per head count, "
           f"{iters / after_compile:.1f} GD iterations/s over the grid)")
     print(f"  diverged: H = {H[diverged].tolist()} (predicted by 2/λ_max < η_w: {H[cfg.eta_w > limit].tolist()})")
     print(f"  every stable H >= N at Δ/Δ(0) < 2e-3 from step {conv_step}; Δ(T)/Δ(0) = "
           + ", ".join(f"H={h}: {r:.2g}" for h, r in zip(H, ratio)))
     if conv_step:
-        print(f"  time to that convergence after compilation: {per_chunk * n * conv_step / cfg.fig4_steps:.1f} s")
+        print(f"  time to that convergence after compilation: {after_compile * conv_step / cfg.fig4_steps:.1f} s")
     record("bench_yang_sweep", [{"head counts": n, "largest H": int(max(H)), "GD steps": cfg.fig4_steps,
                                  "seconds (compilation included)": total, "seconds after compilation": after_compile,
                                  "GD iterations per s": iters / after_compile,

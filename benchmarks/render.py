@@ -1,6 +1,6 @@
 """Write benchmarks/README.md's result tables from ``benchmarks/results/`` (``python benchmarks/render.py``; ``make
 bench`` runs it after the benchmarks): between ``<!-- results: BENCH -->`` and ``<!-- /results -->``, one table of the
-latest result of each machine for that benchmark, machines side by side in one table (a column says which)."""
+latest result of each machine and variant for that benchmark, machines side by side (a column says which)."""
 
 from __future__ import annotations
 

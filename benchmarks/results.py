@@ -1,8 +1,8 @@
 """Benchmark results as data. A script records its rows with where, when and at what commit they were measured
-(`record`): ``benchmarks/results/<bench>/<date>-<machine>-<commit>.json`` (``$JAXICL_BENCH_RESULTS`` instead of
-``benchmarks/results`` where it is set). ``benchmarks/render.py`` writes the tables
-of benchmarks/README.md from the latest result of each machine, so the README shows current numbers and the history
-stays in these files and in git.
+(`record`): ``benchmarks/results/<bench>/<date>-<machine>-[<variant>-]<commit>.json`` (``$JAXICL_BENCH_RESULTS``
+instead of ``benchmarks/results`` where it is set). ``benchmarks/render.py`` writes the tables of benchmarks/README.md
+from the latest result of each machine and variant, so the README shows current numbers and the history stays in
+these files and in git.
 """
 
 from __future__ import annotations
