@@ -15,14 +15,15 @@ pinning the CPU runs to two CPUs (XLA:CPU sizes its thread pool from them).
 ``--jobs N`` runs the papers at once instead, one ``jaxicl reproduce NAME ... --quick --jobs N`` command cold and one
 warm, and reports each paper's own wall time from its summary line: an upper bound on the paper run alone, since
 the papers share the machine. That fits every paper, cold and warm, into one device call (each paper alone takes
-minutes on a GPU, benchmarks/README.md). ``--timeout S`` stops each command (its processes too) after S seconds;
+minutes on a GPU, benchmarks/README.md). ``--timeout S`` stops each command (its processes too) after S seconds
+(``--timeout COLD,WARM``: each its own); ``--keep DIR`` keeps the reports under DIR;
 the papers that had not finished are reported as such. ``--cold-only`` skips the warm runs (half the time).
 
 The runs inherit the environment: ``JAXICL_UNROLL``, ``JAXICL_REMAT`` and ``JAXICL_TRAINING_AUTOTUNE_LEVEL`` set how the
 transformers' training programs compile (README, "Command line", XLA options); the header line prints those set.
 
 Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
-[--stages] [--jobs N] [--timeout S] [--cold-only]`` (default: every paper, JAX's default backend). Minutes per paper
+[--stages] [--jobs N] [--timeout S[,S]] [--keep DIR] [--cold-only]`` (default: every paper, JAX's default backend). Minutes per paper
 on a 2-core CPU (``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the
 transformer trainings (and the AlgoFormer paper). The rows are recorded as ``bench_reproduce``
 (``benchmarks/results.py``), one variant per way of running (alone or ``--jobs N``, the papers, the transformers in
@@ -82,6 +83,8 @@ def run_reproduce(names: list[str], out: Path, cache: Path, platform: str | None
         stdout, stderr = proc.communicate()
         timed_out = True
     seconds = time.perf_counter() - t
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.log").write_text(stdout + stderr)  # what an unfinished paper had done
     runs = {m["name"]: Run(float(m["wall"]), int(m["passed"]), int(m["failed"]), float(m["compile"]),
                            int(m["programs"]), int(m["hits"]), out / "report.md") for m in SUMMARY.finditer(stdout)}
     if not timed_out and (proc.returncode not in (0, 1) or not runs):  # 1: a check failed (in the row), else it broke
@@ -115,9 +118,20 @@ def main():
     ap.add_argument("--stages", action="store_true", help="print each run's per-stage table")
     ap.add_argument("--jobs", type=int, default=None,
                     help="run the papers at once in one command with --jobs N (per-paper times: upper bounds)")
-    ap.add_argument("--timeout", type=float, default=None, help="with --jobs: stop each command after S seconds")
+    ap.add_argument("--timeout", default=None,
+                    help="with --jobs: stop each command after S seconds (COLD,WARM: each its own)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="with --jobs: write the reports (and the compilation cache) under this directory instead of "
+                         "a temporary one that is removed")
     ap.add_argument("--cold-only", action="store_true", help="only the runs with an empty compilation cache")
     args = ap.parse_args()
+    try:
+        timeouts = [float(t) for t in args.timeout.split(",")] if args.timeout else [None]
+    except ValueError:
+        ap.error(f"--timeout takes seconds, or COLD,WARM seconds, not {args.timeout!r}")
+    if len(timeouts) > 2:
+        ap.error(f"--timeout takes at most two values (COLD,WARM), not {args.timeout!r}")
+    timeouts = dict(zip(("cold", "warm"), timeouts * (3 - len(timeouts))))
     from jaxicl.experiments import _modules, available
 
     names = args.names or available()
@@ -165,8 +179,9 @@ def main():
         pinned = cpus if platform == "cpu" else None
         if args.jobs:  # every paper at once, cold then warm
             with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
-                together = {what: run_reproduce(names, Path(tmp) / what, Path(tmp) / "cache", platform, pinned,
-                                                not args.skip_transformers, args.jobs, args.timeout)
+                where = Path(args.keep or tmp) / label
+                together = {what: run_reproduce(names, where / what, where / "cache", platform, pinned,
+                                                not args.skip_transformers, args.jobs, timeouts[what])
                             for what in kinds}
                 for name in names:
                     row(name, label, pinned, {what: runs.get(name) for what, (_, runs) in together.items()})
@@ -183,7 +198,8 @@ def main():
                                                                pinned, not args.skip_transformers)
                                           for what in kinds})
     mode = f"--jobs {args.jobs}" if args.jobs else "each paper alone"
-    record("bench_reproduce", rows, variant=" ".join([mode, *names] + ["--skip-transformers"] * args.skip_transformers))
+    record("bench_reproduce", rows, variant=" ".join([mode, *names] + ["--skip-transformers"] * args.skip_transformers
+                                                     + [f"{k}={v}" for k, v in settings.items()]))
     if len(args.platforms) == 2:
         a, b = (p or "default" for p in args.platforms)
         print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")

@@ -30,7 +30,7 @@ things that trade compilation for step time (``jaxicl.models.transformer.UNROLL`
 ``$JAXICL_UNROLL`` and ``$JAXICL_TRAINING_AUTOTUNE_LEVEL`` set (README, "Command line", XLA options).
 
 Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--repeats 3] [--chunk N]
-[--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N] [--ensemble K|auto] [--peak-tflops P]``
+[--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N] [--ensemble K|auto[,...]] [--peak-tflops P]``
 (chunk default: 20 steps at quick size, 2
 at paper size). The results are recorded as ``bench_transformer`` (``benchmarks/results.py``), one row per model,
 size, compute dtype and ensemble size.
@@ -125,22 +125,25 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--attention", choices=["auto", "xla"], default="auto",
                     help="auto: cuDNN fused attention where it applies (GPU, bf16); xla: never")
-    ap.add_argument("--only", default=None, help="run only the configs whose label contains this (_ for a space)")
+    ap.add_argument("--only", default=None, help="run only the configs whose label contains this (_ for a space; several, comma-separated)")
     ap.add_argument("--unroll", choices=["auto", "on", "off"], default=None,
                     help="the layer and loop scans: auto unrolls them on accelerators only (default: $JAXICL_UNROLL, "
                          "else auto)")
     ap.add_argument("--autotune-level", type=int, default=None,
                     help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
                          f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})")
-    ap.add_argument("--ensemble", default=None,
+    ap.add_argument("--ensemble", default="1",
                     help="train K copies of each model as one vmapped program (train(ensemble=True)) and print the "
                          "aggregate throughput; 'auto': the largest K whose compiled chunk fits in 75 %% of the "
-                         "device's memory (jaxicl.dynamics.ensemble_size_that_fits)")
+                         "device's memory, from one compilation (jaxicl.dynamics.ensemble_size_that_fits); several, "
+                         "comma-separated (1,auto), measure each in one process")
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's peak for the compute dtype, to print the fraction reached")
     args = ap.parse_args()
-    if args.ensemble not in (None, "auto") and not (args.ensemble.isdigit() and int(args.ensemble) >= 1):
-        ap.error(f"--ensemble takes a positive integer or 'auto', not {args.ensemble!r}")
+    ensembles = args.ensemble.split(",")
+    if not all(e == "auto" or (e.isdigit() and int(e) >= 1) for e in ensembles):
+        ap.error(f"--ensemble takes positive integers or 'auto', comma-separated, not {args.ensemble!r}")
+    args.ensemble = [e if e == "auto" else int(e) for e in ensembles]
     compute = None if args.dtype == "float32" else jnp.bfloat16
     models.transformer.ATTENTION_IMPLEMENTATION = args.attention
     if args.unroll is not None:
@@ -157,44 +160,53 @@ def run_configs(args, compute):
           f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
           f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}")
     rows = []
+    only = [o.replace("_", " ") for o in args.only.split(",")] if args.only else None
     for name in (["quick", "paper"] if args.config == "both" else [args.config]):
         size = "quick" if name == "quick" else "full"
         chunk = args.chunk or (20 if name == "quick" else 2)
         cases = {f"algoformer {k}": (lambda k=k: algoformer_case(size, k)) for k in A.MODELS}
         cases |= {"zhang-fig1 gpt2": lambda: zhang_case(size), "yang-fig5 H=8": lambda: yang_case(size)}
         for label, make in cases.items():
-            if args.only and args.only.replace("_", " ") not in label:
+            if only and not any(o in label for o in only):
                 continue
             loss, model, flops = make()
-            members = None
-            if args.ensemble == "auto":
-                members = ensemble_size_that_fits(loss, model, chunk=chunk, compute_dtype=compute)[0]
-            elif args.ensemble:
-                members = int(args.ensemble)
-            if members:
-                model, flops = stack_members([model] * members), flops * members
-            compile_s, mem, fused = compiled_step(loss, model, compute, chunk, members)
-            sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
-                               compute_dtype=compute, ensemble=members is not None)
-            peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
-            if members:
-                label = f"{label} x{members}"
-                print(f"{name:5s} {label:22s} ensemble of {members}: {members / sec:9.2f} member-steps/s in aggregate",
-                      flush=True)
-            print(f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
-                  f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
-                  f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "
-                  f"chunk {chunk} x {args.repeats}",
-                  flush=True)
-            rows.append({"size": name, "model": label, "dtype": args.dtype, "members": members or 1,
-                         "ms per step": 1e3 * sec, "member-steps per s": (members or 1) / sec,
-                         "TFLOP/s": flops / sec / 1e12,
-                         "share of peak": flops / sec / 1e12 / args.peak_tflops if args.peak_tflops else "",
-                         "peak memory (MiB)": mem / 2**20, "fused attention": "yes" if fused else "no",
-                         "compile (s)": compile_s, "unrolled": "yes" if models.transformer._unroll() else "no"})
-            # after every model, so that a run stopped at a time limit keeps the models it measured
-            record("bench_transformer", rows, variant=f"{args.config} {args.dtype} {args.only or 'all'} "
-                                                      f"ensemble {args.ensemble or 1}")
+            for ensemble in args.ensemble:
+                rows.append(measure(args, compute, name, label, loss, model, flops, chunk, ensemble))
+                # after every row, so that a run stopped at a time limit keeps the rows it measured
+                record("bench_transformer", rows, variant=f"{args.config} {args.dtype} {args.only or 'all'} "
+                                                          f"ensemble {','.join(map(str, args.ensemble))}")
+
+
+def measure(args, compute, name, label, loss, model, flops, chunk, ensemble):
+    """One row: ``model`` alone (``ensemble`` 1) or an ensemble of ``ensemble`` copies ('auto': the largest that
+    fits, from one compilation's memory: `ensemble_size_that_fits`)."""
+    members = None
+    if ensemble == "auto":
+        members = ensemble_size_that_fits(loss, model, chunk=chunk, compute_dtype=compute)[0]
+        print(f"{name:5s} {label:22s} the largest ensemble that fits: {members}", flush=True)
+    elif ensemble > 1:
+        members = ensemble
+    if members:
+        model, flops = stack_members([model] * members), flops * members
+    compile_s, mem, fused = compiled_step(loss, model, compute, chunk, members)
+    sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
+                       compute_dtype=compute, ensemble=members is not None)
+    peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
+    if members:
+        label = f"{label} x{members}"
+        print(f"{name:5s} {label:22s} ensemble of {members}: {members / sec:9.2f} member-steps/s in aggregate",
+              flush=True)
+    print(f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
+          f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
+          f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "
+          f"chunk {chunk} x {args.repeats}",
+          flush=True)
+    return {"size": name, "model": label, "dtype": args.dtype, "members": members or 1,
+            "ms per step": 1e3 * sec, "member-steps per s": (members or 1) / sec,
+            "TFLOP/s": flops / sec / 1e12,
+            "share of peak": flops / sec / 1e12 / args.peak_tflops if args.peak_tflops else "",
+            "peak memory (MiB)": mem / 2**20, "fused attention": "yes" if fused else "no",
+            "compile (s)": compile_s, "unrolled": "yes" if models.transformer._unroll() else "no"}
 
 
 if __name__ == "__main__":

@@ -703,3 +703,29 @@ def test_zhang_fig1_least_squares_references_in_float64_come_from_the_gram_form(
     gram = np.mean(np.sum((np.asarray(jax.vmap(baselines.ols_gram)(xs, ys)) - np.asarray(ys)) ** 2, -1), 0)
     np.testing.assert_allclose(gram, svd, rtol=1e-8)
     assert svd[6] > 10 * svd[-1]  # the spike at M = d is in the range compared
+
+
+def test_ensemble_size_that_fits_is_read_from_one_compilation_and_the_ensemble_it_names_fits():
+    """The size comes from the memory of one compiled member (every buffer of `train`'s chunk program is per member),
+    so K members fit in the budget: compiling the K-member program confirms it; a budget below one member is a
+    MemoryError that says so."""
+    from jaxicl.dynamics import ensemble_size_that_fits, stack_members
+    from jaxicl.dynamics.train import chunk_runner
+    from jaxicl.sweep import program_bytes
+
+    with jax.enable_x64(False):
+        model = _tiny()
+        k, one = ensemble_size_that_fits(_loss, model, chunk=4, memory_budget=10**9, max_members=3)
+        assert (k, one > 0) == (3, True)  # the cap
+        budget = int(5.5 * one)
+        k, again = ensemble_size_that_fits(_loss, model, chunk=4, memory_budget=budget)
+        assert (k, again) == (5, one)
+        opt = optax.adamw(1e-4)
+        params, static = eqx.partition(stack_members([model] * k), eqx.is_inexact_array)
+        run = chunk_runner(_loss, static, opt, None, ensemble=True)
+        state = jax.eval_shape(jax.vmap(opt.init), params)
+        keys = jax.ShapeDtypeStruct((k, 2), jnp.uint32)
+        need = program_bytes(run.lower(params, state, keys, jax.ShapeDtypeStruct((4,), jnp.int32)).compile())
+        assert 0 < need <= budget, (need, budget)
+        with pytest.raises(MemoryError, match="more than the budget"):
+            ensemble_size_that_fits(_loss, model, chunk=4, memory_budget=one - 1)

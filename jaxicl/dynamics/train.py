@@ -301,33 +301,32 @@ def member(ensemble: PyTree, i: int) -> PyTree:
 
 def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None,
                             chunk: int = 2, compute_dtype=None, memory_budget: int | None = None,
-                            max_members: int = 1024) -> tuple[int, int, int]:
+                            max_members: int = 1024) -> tuple[int, int]:
     """The largest K ≤ ``max_members`` for which `train`'s chunk program of K copies of ``model`` (one model,
     not a stack) fits in ``memory_budget`` bytes (default ``jaxicl.sweep.device_memory_budget()``: 75 % of the
-    device's memory), from the compiled programs' own memory (``memory_analysis``) at K = 1 and 2, as the sweeps
-    size their chunks. Nothing is run. Returns (K, bytes at K = 1, bytes per further member); K = 1 when the backend
-    reports no memory. A model that does not fit even once is an error."""
+    device's memory), from one compilation: the program of an ensemble of one, whose memory (``memory_analysis``)
+    is all per member (parameters, optimizer state, keys, activations), so K members need at most K times it.
+    Nothing is run. Returns (K, bytes of one member); K = 1 when the backend reports no memory. A model that does
+    not fit even once is a ``MemoryError``.
+
+    Example: ``K, _ = ensemble_size_that_fits(loss, model, compute_dtype=jnp.bfloat16)``, then
+    ``train(loss, stack_members([model] * K), ..., ensemble=True)``."""
     from ..sweep import device_memory_budget, program_bytes
 
     optimizer = optimizer or optax.adamw(1e-4)
     budget = device_memory_budget() if memory_budget is None else _validate.integer("memory_budget", memory_budget)
-
-    def bytes_at(k: int) -> int:
-        stacked = stack_members([model] * k)
-        params, static = eqx.partition(stacked, eqx.is_inexact_array)
-        run = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble=True)
-        state = jax.eval_shape(jax.vmap(optimizer.init), params)
-        keys = jax.ShapeDtypeStruct((k, 2), jnp.uint32)
-        return program_bytes(run.lower(params, state, keys, jax.ShapeDtypeStruct((chunk,), jnp.int32)).compile())
-
-    one, two = bytes_at(1), bytes_at(2)
+    max_members = _validate.integer("max_members", max_members)
+    params, static = eqx.partition(stack_members([model]), eqx.is_inexact_array)
+    run = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble=True)
+    state = jax.eval_shape(jax.vmap(optimizer.init), params)
+    keys = jax.ShapeDtypeStruct((1, 2), jnp.uint32)
+    one = program_bytes(run.lower(params, state, keys, jax.ShapeDtypeStruct((int(chunk),), jnp.int32)).compile())
     if one == 0:
-        return 1, 0, 0
+        return 1, 0
     if one > budget:
         raise MemoryError(f"one model's training chunk needs {one / 2**30:.2f} GiB, more than the budget of "
                           f"{budget / 2**30:.2f} GiB: reduce the batch or the model.")
-    per = max(two - one, 1)
-    return int(min(max_members, 1 + (budget - one) // per)), one, per
+    return int(min(max_members, budget // one)), one
 
 
 def _ensemble_size(params: PyTree, static: PyTree, key, member_data: PyTree = None) -> int:
