@@ -24,8 +24,8 @@ export JAXICL_BENCH_RESULTS="$DIR/results"  # benchmarks that record their resul
 if [ "${ENSEMBLE_CHECK_SIZE:-paper}" = quick ]; then
   BENCH="--config quick --dtype float32" SIZE=--quick OLS="--prompts 64 --d 5 --M 41" K=4  # host memory: no auto
 else
-  # ENSEMBLE_K=auto searches the largest ensemble that fits: three compilations of the paper-size chunk, over 170 s
-  # for the AlgoFormer alone on an H100, longer than this step's time
+  # ENSEMBLE_K=auto: the largest ensemble that fits, from one compilation (35 AlgoFormers on an H200, whose program
+  # did not compile and run within this step's time; benchmarks/README.md)
   BENCH="--config paper --dtype bfloat16" SIZE=--full OLS="--prompts 256" K=${ENSEMBLE_K:-8}
 fi
 BENCH="$BENCH --repeats 2${PEAK:+ --peak-tflops $PEAK}"
@@ -36,8 +36,7 @@ echo "GPU: ${GPU:-none}; $(nproc) CPUs; peak for the fraction: ${PEAK:-not given
 echo
 export -f bench
 export BENCH
-step bench "$T_BENCH" bash -c "bench --only algoformer_algoformer; bench --only algoformer_algoformer --ensemble $K; \
-  bench --only zhang; bench --only zhang --ensemble $K"
+step bench "$T_BENCH" bash -c "bench --only algoformer_algoformer,zhang --ensemble 1,$K"  # one process
 # shellcheck disable=SC2086
 step ols "$T_OLS" python3 benchmarks/bench_ols.py $OLS
 T_SLICES=("$T_SLICE1" "$T_SLICE2")

@@ -305,8 +305,9 @@ def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.Gradient
     """The largest K ≤ ``max_members`` for which `train`'s chunk program of K copies of ``model`` (one model,
     not a stack) fits in ``memory_budget`` bytes (default ``jaxicl.sweep.device_memory_budget()``: 75 % of the
     device's memory), from one compilation: the program of an ensemble of one, whose memory (``memory_analysis``)
-    is all per member (parameters, optimizer state, keys, activations), so K members need at most K times it.
-    Nothing is run. Returns (K, bytes of one member); K = 1 when the backend reports no memory. A model that does
+    is all per member (parameters, optimizer state, keys, activations), so K members need about K times it (XLA may
+    lay out the K-member program a few percent differently; the default budget leaves a quarter of the device
+    free). Nothing is run. Returns (K, bytes of one member); K = 1 when the backend reports no memory. A model that does
     not fit even once is a ``MemoryError``.
 
     Example: ``K, _ = ensemble_size_that_fits(loss, model, compute_dtype=jnp.bfloat16)``, then
