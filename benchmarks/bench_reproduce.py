@@ -45,8 +45,9 @@ from pathlib import Path
 
 from results import record  # benchmarks/results.py
 
-SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, \d+ not reproduced, (?:\d+ not applicable, )?\d+ "
-                     r"reported in (?P<wall>[\d.]+) s "
+SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, (?:\d+ pass \(not asserted\), )?"
+                     r"\d+ not reproduced, (?:\d+ not applicable, )?\d+ reported(?:; formulas: \d+ pass, \d+ fail)? "
+                     r"in (?P<wall>[\d.]+) s "
                      r"(?:over \d+ processes )?\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
                      r"persistent cache\)")
 

@@ -37,18 +37,31 @@ def assert_all_asserted_pass(checks, n_asserted: int) -> None:
 # --- the verdicts themselves ----------------------------------------------------------------------------------
 def test_the_verdicts_and_the_headline_that_counts_them():  # "not applicable": tests/test_settings.py
     rows = [Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None),
-            paper_claim("c", "", "", "", False, assert_if=False, reason="300 steps (paper: 500k)"),
-            paper_claim("d", "", "", "", True, assert_if=False, reason="300 steps"),
-            paper_claim("e", "", "", "", False, assert_if=True)]
-    assert [c.verdict for c in rows] == ["pass", "FAIL", "reported", "not reproduced", "pass", "FAIL"]
-    assert rows[3].status == "not reproduced: 300 steps (paper: 500k)"
-    assert rows[4].status == "pass (not asserted: 300 steps)"
-    assert count_verdicts(rows) == {"pass": 2, "FAIL": 2, "not reproduced": 1, "not applicable": 0, "reported": 1}
-    assert headline(rows) == "2 pass, 2 fail, 1 not reproduced, 1 reported"
+            paper_claim("c", "", "", "", False, assert_if=False, reason="300 steps (paper: 500k)", margin="-3.0 %",
+                        asserted_at="--claims"),
+            paper_claim("d", "", "", "", True, assert_if=False, reason="300 steps", margin="+12.0 %",
+                        asserted_at="--claims"),
+            paper_claim("e", "", "", "", False, assert_if=True),
+            Check("f", "", "", "", True, kind="formulas"), Check("g", "", "", "", False, kind="formulas")]
+    assert [c.verdict for c in rows] == ["pass", "FAIL", "reported", "not reproduced", "pass", "FAIL", "pass", "FAIL"]
+    assert rows[3].status == "not reproduced: 300 steps (paper: 500k); margin -3.0 %; asserted at `--claims`"
+    assert rows[4].status == "pass (not asserted: 300 steps; margin +12.0 %; asserted at `--claims`)"
+    assert rows[6].status == "pass (formulas)"
+    assert count_verdicts(rows) == {"pass": 1, "FAIL": 2, "pass (not asserted)": 1, "not reproduced": 1,
+                                    "not applicable": 0, "reported": 1, "formulas pass": 1, "formulas FAIL": 1}
+    assert headline(rows) == ("1 pass, 2 fail, 1 pass (not asserted), 1 not reproduced, 1 reported; formulas: 1 pass, "
+                              "1 fail")
     md = report.render_markdown([report.PaperResult("p", "t", "quick", rows, [], [])])
-    assert "2 pass, 2 fail, 1 not reproduced, 1 reported." in md and "| not reproduced: 300 steps (paper: 500k) |" in md
+    assert headline(rows) + "." in md and "| not reproduced: 300 steps (paper: 500k); margin -3.0 %" in md
     assert not report.PaperResult("p", "t", "quick", rows, [], []).ok
+    assert not report.PaperResult("p", "t", "quick", rows[7:], [], []).ok  # a formula that fails fails the run
     assert report.PaperResult("p", "t", "quick", rows[2:5], [], []).ok  # "not reproduced" is no failure
+    with pytest.raises(ValueError, match="give its measured margin and the size where it is asserted"):
+        paper_claim("h", "", "", "", True, assert_if=False, reason="300 steps")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Check("i", "", "", "", True, kind="theory")
+    assert report.relative_margin(0.8, 1.0) == "+20.0 %" and report.relative_margin(1.1, 1.0) == "-10.0 %"
+    assert report.relative_margin(3.0, 2.0, below=False) == "+50.0 %"
 
 
 def test_a_claim_that_is_not_asserted_must_say_why():
@@ -65,7 +78,8 @@ def test_a_partial_run_asserts_nothing_but_keeps_its_verdicts():
     rows = mark_partial([Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None)],
                         "partial, step 2 of 4")
     assert [c.verdict for c in rows] == ["pass", "not reproduced", "reported"]
-    assert rows[1].status == "not reproduced: training partial, step 2 of 4"
+    assert rows[1].status == ("not reproduced: training partial, step 2 of 4; asserted at `the same command, run to its "
+                              "end`")
 
 
 def test_monte_carlo_power_and_checks():
@@ -84,7 +98,7 @@ def test_monte_carlo_power_and_checks():
 
 # --- AlgoFormer -----------------------------------------------------------------------------------------------
 def _algoformer_data(n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newton_converges=True,
-                     algo_factor=0.5):
+                     algo_factor=0.5, plateau=False):
     """Figs. 2, 3 and 5's datasets as the paper draws them: every model learns (its error ÷ the zero estimator's
     falls along the prompt), the AlgoFormer lowest; larger ΔT more stable at the same T; Newton converges
     quadratically, GD linearly, the AlgoFormer below both in the first iterations. The AR task's zero-estimator
@@ -104,15 +118,22 @@ def _algoformer_data(n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newt
     settings, T = ["(T, ΔT) = (8, 6)", "(T, ΔT) = (8, 1)", "(T, ΔT) = (4, 3)"], np.array([8, 8, 4])
     loops = np.arange(1, 41)
     err = np.stack([np.where(loops < t, 1.0, 0.1 * (1 + (r - 1) * (loops - t) / (40 - t))) for t, r in zip(T, ratios)])
+    if plateau:  # a model left on the loss's initial plateau: the zero estimator's error at every loop
+        err[1] = 1.0
     ds3 = xr.Dataset({"error": (("setting", "loops"), err)}, coords={"setting": settings, "T": ("setting", T),
-                                                                      "loops": loops}, attrs={"status": "complete"})
+                                                                      "loops": loops},
+                     attrs={"status": "complete", "zero_estimator": 1.0})
     its = np.arange(1, 41)
     gd = np.stack([0.9 ** its + s for s in (0.0, 0.1, 1.0)])
     newton = np.stack([(0.5 ** (2.0 ** its) if newton_converges else 0.9 ** its) + s for s in (0.0, 0.1, 1.0)])
-    algo = np.minimum(gd, newton) * algo_factor
-    ds5 = xr.Dataset({"algoformer": (("sigma", "iteration"), algo), "gd": (("sigma", "iteration"), gd),
-                      "newton": (("sigma", "iteration"), newton), "zero": ("sigma", np.full(3, 1.0))},
-                     coords={"sigma": [0.0, 0.1, 1.0], "iteration": its}, attrs={"status": "complete"})
+    algo = np.ones_like(gd) if plateau else np.minimum(gd, newton) * algo_factor
+    late = np.where(its < 5, 1.0, algo)  # the (20, 15) model, trained from loop 5 on: the zero estimator's before
+    ds5 = xr.Dataset({"algoformer": (("setting", "sigma", "iteration"), np.stack([late, algo])),
+                      "gd": (("sigma", "iteration"), gd), "newton": (("sigma", "iteration"), newton),
+                      "zero": ("sigma", np.full(3, 1.0))},
+                     coords={"setting": ["(T, ΔT) = (20, 15)", "(T, ΔT) = (10, 10)"], "T": ("setting", [20, 10]),
+                             "first_loop": ("setting", [5, 1]), "sigma": [0.0, 0.1, 1.0], "iteration": its},
+                     attrs={"status": "complete"})
     return ds2, ds3, ds5
 
 
@@ -121,17 +142,21 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
 
     full, quick = A.SIZES["full"], A.SIZES["quick"]
     good = A._checks(full, *_algoformer_data())
-    assert_all_asserted_pass(good, 3 * 3 + 1 + 2 + 3)  # Fig. 2: 3 per task; Fig. 3: 1; Fig. 5: 2 + one per σ
+    assert_all_asserted_pass(good, 3 * 3 + 2 + 3 + 3)  # Fig. 2: 3 per task; Fig. 3: 2; Fig. 5: 3 + one per σ
     assert all(c.seeds == 3 for c in good if "decreases with the number" in c.claim)
     # an untrained model (error = the zero estimator's everywhere)
     bad = A._checks(full, *_algoformer_data(untrained=("looped",)))
-    assert_verdict(bad, "every model learns", "FAIL")
+    assert_verdict(bad, "Fig. 2 (regression): every trained model learned", "FAIL")
+    flat = A._checks(full, *_algoformer_data(plateau=True))  # Fig. 3's (8, 1) model and Fig. 5's members unlearned
+    assert_verdict(flat, "Fig. 3: every trained model learned", "FAIL")
+    assert_verdict(flat, "Fig. 5: every trained model learned", "FAIL")
+    assert_verdict(A._checks(quick, *_algoformer_data(plateau=True)), "Fig. 5: every trained model learned", "FAIL")
     assert_verdict(bad, "decreases with the number of in-context examples", "FAIL")
     # the AR error grows along the prompt with the process: read relative to the zero estimator it falls
     assert_verdict(good, "(ar): the error decreases", "pass")
     # the paper's orderings swapped: FAIL at the paper's training length, "not reproduced" at a shorter one
     swapped = _algoformer_data(swap=True, ratios=(2.0, 0.5, 1.0), algo_factor=2.0)
-    for part in ("AlgoFormer below the standard", "larger ΔT", "AlgoFormer below GD and Newton"):
+    for part in ("AlgoFormer below the standard", "larger ΔT", "below GD and Newton"):
         assert_verdict(A._checks(full, *swapped), part, "FAIL")
         assert_verdict(A._checks(quick, *swapped), part, "not reproduced")
         assert_verdict(A._checks(quick, *_algoformer_data()), part, "pass")
@@ -230,9 +255,10 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     cfg = dataclasses.replace(cfg, kappas=tuple(kappas), depths=tuple(depths))
 
     def fig1(untrained=False, looped_factor=1.1):
-        base = kappas[:, None] ** 0.5 * np.exp(-0.4 * depths)[None] * 10  # falls with L, rises with κ
+        # falls with L, rises with κ, below 0.6 of the zero estimator's d (learned); untrained: at d
+        base = kappas[:, None] ** 0.5 * np.exp(-0.4 * depths)[None] * 0.2 * cfg.d
         if untrained:
-            base = np.full_like(base, 10.0)
+            base = np.full_like(base, float(cfg.d))
         loss = np.stack([base, base * looped_factor], axis=2)[..., None].repeat(2, axis=3)  # (κ, L, looped, seed)
         dims = ("kappa", "depth", "looped", "seed")
         curve = np.broadcast_to(loss[..., None], loss.shape + (4,)).copy()
@@ -241,18 +267,23 @@ def test_gatmiry_trained_model_checks(monkeypatch):
                           coords={"kappa": kappas, "depth": depths, "looped": [0, 1], "seed": [0, 1]})
 
     good = G._fig1_checks(fig1(), cfg)
-    assert_all_asserted_pass(good, 1)
-    assert_verdict(good, "competitive with L layers", "pass")
-    assert_verdict(good, "depth helps", "pass")
+    assert_all_asserted_pass(good, 2)
+    for part in ("competitive with L layers", "depth helps", "at every deeper L"):
+        assert_verdict(good, part, "pass")
     bad = G._fig1_checks(fig1(untrained=True, looped_factor=3.0), cfg)
-    assert_verdict(bad, "more task diversity costs more", "FAIL")
-    assert_verdict(bad, "depth helps", "not reproduced")
-    assert_verdict(bad, "competitive with L layers", "not reproduced")
+    assert_verdict(bad, "Fig. 1: every trained model learned", "FAIL")
+    assert_verdict(bad, "more task diversity costs more: at L = 1", "FAIL")
+    for part in ("depth helps", "competitive with L layers", "at every deeper L"):
+        assert_verdict(bad, part, "not reproduced")
     full = dataclasses.replace(cfg, steps=G.SIZES["full"].steps)
-    assert_all_asserted_pass(G._fig1_checks(fig1(), full), 3)
+    assert_all_asserted_pass(G._fig1_checks(fig1(), full), 5)
     bad = G._fig1_checks(fig1(untrained=True, looped_factor=3.0), full)
-    for part in ("depth helps", "more task diversity", "competitive with L layers"):
+    for part in ("depth helps", "more task diversity", "competitive with L layers", "every trained model learned"):
         assert_verdict(bad, part, "FAIL")
+    # one model that learned nothing among the others: the learned row fails for it alone
+    one_bad = fig1()
+    one_bad["test_loss"].loc[dict(kappa=8.0, depth=4, looped=1, seed=1)] = 0.99 * cfg.d
+    assert_verdict(G._fig1_checks(one_bad, cfg), "every trained model learned", "FAIL")
     # one κ, one depth: the trends have no premise (an empty comparison would pass whatever the numbers)
     one = fig1(untrained=True).isel(kappa=[0], depth=[0])
     few = G._fig1_checks(one, dataclasses.replace(full, kappas=(2.0,), depths=(1,)))
@@ -261,16 +292,17 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     # depths and κ in any order: the smallest L and the κ order are read from the settings
     shuffled = fig1().isel(kappa=[2, 0, 1], depth=[4, 0, 1, 2, 3])
     cfg_s = dataclasses.replace(full, kappas=tuple(kappas[[2, 0, 1]]), depths=tuple(depths[[4, 0, 1, 2, 3]]))
-    assert_all_asserted_pass(G._fig1_checks(shuffled, cfg_s), 3)
+    assert_all_asserted_pass(G._fig1_checks(shuffled, cfg_s), 5)
 
-    def fig2(looped_growth):
+    def fig2(looped_growth, at_w0=1.0):
         w = np.array([0.0, 0.25, 0.5])
-        grow = np.stack([1 + w * 4, 1 + w * 4 * looped_growth], axis=1)  # (w, looped): multilayer grows 3x
+        grow = at_w0 * np.stack([1 + w * 4, 1 + w * 4 * looped_growth], axis=1)  # (w, looped): multilayer grows 3x
         loss = np.broadcast_to(grow.T[None, :, None, :], (3, 2, 2, 3)).copy()  # (k, looped, seed, w)
         return xr.Dataset({"test_loss": (("k", "looped", "seed", "w"), loss)},
                           coords={"k": [2, 5, 9], "looped": [0, 1], "seed": [0, 1], "w": w})
 
-    assert_all_asserted_pass(G._fig2_checks(fig2(0.5), full), 1)
+    assert_all_asserted_pass(G._fig2_checks(fig2(0.5), full), 2)
+    assert_verdict(G._fig2_checks(fig2(0.5, at_w0=cfg.d), cfg), "Fig. 2: every trained model learned", "FAIL")
     assert_verdict(G._fig2_checks(fig2(2.0), full), "looped vs multilayer", "FAIL")
     assert_verdict(G._fig2_checks(fig2(2.0), cfg), "looped vs multilayer", "not reproduced")
     assert_verdict(G._fig2_checks(fig2(0.5), cfg), "looped vs multilayer", "pass")
@@ -483,22 +515,26 @@ def test_yang_fig3_and_fig4_checks():
 
     H = np.array(cfg.fig4_heads)
     curv = np.where(H == 400, 1.0, 0.1)  # η_w = 3 is above 2/λ_max only for H = 400
+    floor0 = np.where(H < cfg.N, 0.5, 0.0)  # min_w Δ ÷ Δ(0) at the init: positive exactly below N (rank C_k ≤ H)
 
-    def fig4(converged, few=0.5, diverge=(400,)):  # Δ(T)/Δ(0) for H ≥ N and for H < N
+    def fig4(descend=0.5, to_floor=0.05, diverge=(400,), floor=floor0):
+        """Δ(t)/Δ(0): for H ≥ N halving (``descend``) from the middle of the run to its end, for H < N falling to
+        within ``to_floor`` of the way to its floor."""
         steps = np.arange(0, cfg.fig4_steps, cfg.record_every)
-        final = np.where(H >= cfg.N, converged, few)
-        ex = np.exp(np.log(final)[:, None] * steps[None] / steps[-1])
+        s = steps / steps[-1]
+        ex = np.where((H >= cfg.N)[:, None], descend ** (2 * s)[None], floor[:, None] + (1 - floor[:, None]) * to_floor**s)
         ex[np.isin(H, diverge), 3:] = np.inf
-        return xr.Dataset({"excess": (("heads", "step"), ex), "w_curvature": ("heads", curv)},
+        return xr.Dataset({"excess": (("heads", "step"), ex), "w_curvature": ("heads", curv), "w_floor": ("heads", floor)},
                           coords={"heads": H, "step": steps})
 
-    good = E._fig4_checks(fig4(cfg.fig4_converged / 10), cfg)
-    assert_all_asserted_pass(good, 2)
-    assert_verdict(good, "the paper sees the loss stall", "pass")
-    bad = E._fig4_checks(fig4(cfg.fig4_converged * 10, few=cfg.fig4_converged / 10, diverge=(1, 400)), cfg)
-    assert_verdict(bad, "GD diverges exactly", "FAIL")
-    assert_verdict(bad, "every stable H ≥ N", "FAIL")
-    assert_verdict(bad, "the paper sees the loss stall", "not reproduced")
+    good = E._fig4_checks(fig4(), cfg)
+    assert_all_asserted_pass(good, 5)
+    assert_verdict(E._fig4_checks(fig4(diverge=(1, 400)), cfg), "GD diverges exactly", "FAIL")
+    assert_verdict(E._fig4_checks(fig4(descend=0.95), cfg), "every stable H ≥ N keeps descending", "FAIL")
+    assert_verdict(E._fig4_checks(fig4(to_floor=0.6), cfg), "every H < N stalls far from L⋆", "FAIL")
+    degenerate = np.where(H < cfg.N, 0.5, 0.1)  # heads that span fewer than N directions at H ≥ N
+    assert_verdict(E._fig4_checks(fig4(floor=degenerate), cfg), "w alone can reach L⋆ for every H ≥ N", "FAIL")
+    assert_verdict(E._fig4_checks(fig4(floor=0 * floor0), cfg), "and cannot for H < N", "FAIL")
 
 
 def test_yang_transformer_checks(monkeypatch):
@@ -569,13 +605,14 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
 
     def lm(trained=True):
         blue = np.full((seeds, 5, L), 0.05 if trained else 0.8)
-        return {"blue": blue, "red": np.full((seeds, 5, L), 0.8), "final_test": np.full(seeds, 0.07 if trained else 1.0),
+        zero = E.zero_loss(cfg)  # an untrained model predicts about 0
+        return {"blue": blue, "red": np.full((seeds, 5, L), 0.8), "final_test": np.full(seeds, 0.07 if trained else zero),
                 "ref_test": np.full(seeds, 0.068)}
 
     good = E.thm4_checks(lm(), np.array([0.7, 0.4, 1.7]), 0.068, 0.0003, cfg)
-    assert_all_asserted_pass(good, 3)
+    assert_all_asserted_pass(good, 4)
     bad = E.thm4_checks(lm(trained=False), np.array([0.7, 0.4, 1.7]), 0.068, 0.0003, cfg)
-    assert [c.verdict for c in bad] == ["FAIL"] * 3
+    assert [c.verdict for c in bad] == ["FAIL"] * 4
 
     class Params:  # the block-parametrised model's matrices A_0, A_1, A_2 (per seed)
         def __init__(self, growth):
@@ -589,11 +626,11 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
         dist = 0.1 if trained else 0.9
         return {"dist_B": np.full((seeds, 5, L), dist), "blue": np.full((seeds, 5, L), dist),
                 "losses": np.stack([np.full(seeds, 2.5), np.full(seeds, 0.01 if trained else 2.0)], 1),
-                "final": Params(6.0 if trained else 1.0), "median_test": np.full(seeds, 0.001),
-                "final_test": np.full(seeds, 100.0)}
+                "final": Params(6.0 if trained else 1.0),
+                "median_test": np.full(seeds, 0.001 if trained else E.zero_loss(cfg)), "final_test": np.full(seeds, 100.0)}
 
-    assert_all_asserted_pass(E.thm5_checks(blk(), cfg), 4)
-    assert [c.verdict for c in E.thm5_checks(blk(trained=False), cfg) if c.asserted] == ["FAIL"] * 4
+    assert_all_asserted_pass(E.thm5_checks(blk(), cfg), 5)
+    assert [c.verdict for c in E.thm5_checks(blk(trained=False), cfg) if c.asserted] == ["FAIL"] * 5
     assert E.optimizer_check([("levenberg_marquardt", 7, 20, 1.0)], cfg).verdict == "pass"
     assert E.optimizer_check([("levenberg_marquardt", None, 20, 1.0)], cfg).verdict == "FAIL"
 
@@ -607,11 +644,16 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
                                   coords={dim: values}))
         return out
 
-    assert_all_asserted_pass(E._sweep_checks(*sweeps()), 5)
-    bad = E._sweep_checks(*sweeps(tf_factor=1.2, gd_factor=0.5, depth_helps=False))
-    assert [c.verdict for c in bad] == ["FAIL"] * 5
+    assert_all_asserted_pass(E._sweep_checks(*sweeps(), cfg), 6)
+    bad = E._sweep_checks(*sweeps(tf_factor=3.0, gd_factor=0.5, depth_helps=False), cfg)
+    assert [c.verdict for c in bad] == ["FAIL"] * 6
+    # a dropped preconditioner (PGD = GD) fails the PGD row alone
+    dropped = E._sweep_checks(*sweeps(gd_factor=1.0), cfg)
+    assert [c.claim for c in dropped if c.verdict == "FAIL"] == [
+        "Σ⁻¹-preconditioned GD below plain GD (best steps), every depth",
+        "Σ⁻¹-preconditioned GD below plain GD (best steps), every n"]
     depth, ctx = sweeps()
-    assert_verdict(E._sweep_checks(depth.isel(depth=[1]), ctx), "decreases with depth", "not applicable")
+    assert_verdict(E._sweep_checks(depth.isel(depth=[1]), ctx, cfg), "decreases with depth", "not applicable")
 
 
 def test_zhang_fig1_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():

@@ -57,6 +57,31 @@ def test_padding_by_repeating_a_centre_changes_nothing():
     assert float(jnp.sum(c.quadrature()[1] * c.quadrature()[0] ** 2)) == pytest.approx(32.5)
 
 
+@pytest.mark.parametrize("k", [2, 5, 9])
+def test_the_fig2_test_distribution_at_w_0_is_the_training_distribution(k):
+    """Fig. 2 pads the k training scales to 9 by repeating the last (one program for every k). At w = 0 the test
+    prior must then be D_train = Unif{s_1 … s_k}, in its quadrature, its sampling and its probabilities: the mass at
+    s = 8 is 1/k (a weight per padded centre gave 8/9 for k = 2), and every moment equals D_train's."""
+    centers, probs = gat._padded_centers(jnp.asarray(k), 9)
+    test, train = tasks.WindowedScale(centers, 0.0), tasks.DiscreteScale(centers, probs)
+    distinct = np.linspace(1.0, 8.0, k)
+    masses = np.asarray(test.masses())
+    np.testing.assert_allclose(np.sort(masses[masses > 0]), np.full(k, 1 / k), rtol=1e-14)
+    for prior in (test, train):
+        x, w = (np.asarray(a) for a in prior.quadrature(4))
+        for p in (1, 2, 3):
+            assert float(np.sum(w * x**p)) == pytest.approx(np.mean(distinct**p), rel=1e-13)
+    s = np.asarray(jax.vmap(test.sample)(jax.random.split(jax.random.PRNGKey(1), 40_000)))
+    at_8 = np.mean(s == 8.0)  # a binomial proportion: within 4 standard errors of 1/k
+    assert abs(at_8 - 1 / k) <= 4 * np.sqrt((1 / k) * (1 - 1 / k) / s.size), (k, at_8)
+    assert set(np.unique(s)) <= set(distinct.astype(np.float32).astype(float)) | set(distinct)
+    # and the windows around the same centres, padded or not, are one distribution (w > 0 and w = 0)
+    for w in (0.0, 0.2):
+        a, b = tasks.WindowedScale(distinct, w), tasks.WindowedScale(centers, w)
+        f = lambda p: float(jnp.sum(p.quadrature(8)[1] * p.quadrature(8)[0] ** 3))  # noqa: E731
+        assert f(a) == pytest.approx(f(b), rel=1e-13)
+
+
 def test_priors_are_sweepable_leaves():
     """κ and w are array leaves: vmap over them gives the same exact losses as one call each."""
     model = _model(jax.random.PRNGKey(0))

@@ -178,8 +178,8 @@ def test_a_claim_whose_premise_fails_is_not_applicable_never_passed_or_failed():
         c = paper_claim("flow → W^KQ_* (4.1)", "0", "1e-3", "rel 1e-6", holds, applies=False, reason=why)
         assert (c.verdict, c.asserted, c.status) == ("not applicable", False, f"not applicable: {why}")
     ok = Check("a", "1", "1", "exact", True)
-    assert headline([ok]) == "1 pass, 0 fail, 0 not reproduced, 0 reported"
-    assert headline([ok, c]) == "1 pass, 0 fail, 0 not reproduced, 1 not applicable, 0 reported"
+    assert headline([ok]) == "1 pass, 0 fail, 0 pass (not asserted), 0 not reproduced, 0 reported"
+    assert headline([ok, c]) == "1 pass, 0 fail, 0 pass (not asserted), 0 not reproduced, 1 not applicable, 0 reported"
     with pytest.raises(ValueError, match="not applicable: give the reason"):
         Check("b", "1", "2", "exact", False, applicable=False)
 
@@ -214,13 +214,15 @@ def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeyp
     from jaxicl.experiments import algoformer as A
 
     tiny = dataclasses.replace(A.SIZES["quick"], steps=4, chunk=2, d_model=8, n_heads=2, loops=(2, 1),
-                               fig3_loops=((2, 1),), eval_loops=4, iterations=20, test_prompts=16, batch=4)
+                               fig3_loops=((2, 1),), fig5_loops=((2, 1), (1, 1)), eval_loops=4, iterations=20,
+                               test_prompts=16, batch=4)
     monkeypatch.setitem(A.SIZES, "quick", tiny)
     assert cli.main(["reproduce", "algoformer", "--out", str(tmp_path), "--set", 'parts=["fig5"]']) in (0, 1)
     report = (tmp_path / "report.md").read_text()
     rows = [r for r in (line.split(" | ") for line in report.splitlines() if line.startswith("| Fig")) if len(r) == 5]
-    assert len(rows) == 2 + 3 + 3 and all(r[0].startswith("| Fig. 5") for r in rows[:5])  # Newton, GD; 3 σ; 3 parts
-    assert [(r[0], r[-1]) for r in rows[5:]] == [
+    # learned, Newton, GD; 3 σ; 3 parts
+    assert len(rows) == 3 + 3 + 3 and all(r[0].startswith("| Fig. 5") for r in rows[:6])
+    assert [(r[0], r[-1]) for r in rows[6:]] == [
         (f"| {claim}: every claim", f"not applicable: the part {part!r} is not in this run's `parts` |")
         for claim, part in (("Figs. 2 (regression) and 3", "regression"), ("Fig. 2 (ar)", "ar"), ("Fig. 2 (cot)", "cot"))]
     assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.png")) == ["fig5_newton_gd.png"]

@@ -25,7 +25,7 @@ from ..models import GramBatch, LinearTransformer
 from ..sweep import sweep
 from ..theory import ahn
 from ..runtime.xla_cpu import after
-from .report import Check, PaperResult, fmt, lap_timer, mc_check, premise, save_dataset, save_paper_figure
+from .report import Check, PaperResult, fmt, lap_timer, learned_check, mc_check, premise, save_dataset, save_paper_figure
 from .settings import Sized
 
 NAME = "ahn2023"
@@ -349,7 +349,7 @@ def _training_sections(cfg: Config, key, out: Path, checks, figures, data, notes
     # depth and context --------------------------------------------------------------------------
     ds_depth, ds_ctx = depth_and_context_sweeps(cfg, jax.random.fold_in(key, 6))
     lap("depth and context sweeps")
-    checks += _sweep_checks(ds_depth, ds_ctx)
+    checks += _sweep_checks(ds_depth, ds_ctx, cfg)
 
     # data and figures ---------------------------------------------------------------------------
     ds_fig1 = _fig_dataset(results, a_star, fam_loss)
@@ -371,12 +371,24 @@ def _training_sections(cfg: Config, key, out: Path, checks, figures, data, notes
         notes.append(f"Fastest to target: **{best[0]}**.")
 
 
+def zero_loss(cfg: Config) -> float:
+    """The zero estimator's test loss ½E y² = ½ tr(Σ⁻¹Σ) = d/2 (w ~ N(0, Σ⁻¹), the training tasks' weights): the
+    trivial reference of the rows that say a trained model learned."""
+    return cfg.d / 2
+
+
+def _per_seed(values) -> dict:
+    return {f"seed {i}": v for i, v in enumerate(np.asarray(values, float))}
+
+
 def thm4_checks(lm: dict, a_star, fam_loss: float, fam_se: float, cfg: Config) -> list[Check]:
     """Figs. 1-2 (Thm 4) from the Levenberg-Marquardt runs' record ``lm`` (per seed: Dist curves "blue" =
     Dist(Σ^½A_iΣ^½, I) and "red" = Dist(A_i, I), "final_test" and "ref_test" losses)."""
     blue, red = np.asarray(lm["blue"][:, -1]), np.asarray(lm["red"][:, -1])
     excess = np.asarray(lm["final_test"] / lm["ref_test"] - 1)
     return [
+        learned_check("Figs. 1–2", {"every seed": np.asarray(lm["final_test"]) / zero_loss(cfg)}, 0.5,
+                      trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})", where="on fresh prompts"),
         Check("Thm 4 / Fig. 1: Dist(Σ^½A_iΣ^½, I) at the end, every layer and seed", f"→ 0 (≤ {cfg.dist_target})",
               fmt(blue.max(axis=0), 3) + " (max over seeds)", f"≤ {cfg.dist_target}", bool(blue.max() <= cfg.dist_target), seeds=cfg.seeds),
         Check("Fig. 1: Dist(A_i, I) stays large (not plain GD)", "≫ blue", fmt(red.min(axis=0), 3) + " (min over seeds)",
@@ -397,6 +409,9 @@ def thm5_checks(blk: dict, cfg: Config) -> list[Check]:
     normA = np.asarray(jnp.linalg.norm(A5, axis=(-2, -1)))
     increasing = bool(np.all(np.diff(normA, axis=1) > 0))
     return [
+        learned_check("Figs. 3–4", {"every seed": np.asarray(blk["median_test"]) / zero_loss(cfg)}, 0.5,
+                      trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})",
+                      where="on fresh prompts (median: rare ill-conditioned prompts dominate the mean, last row)"),
         Check(f"Thm 5 / Fig. 3(a,b): Dist(B_i, I), i < L−1 (best training loss of {cfg.restarts_thm5} inits per seed)", "→ 0", fmt(dB.max(axis=0), 3) + " (max over seeds)",
               f"≤ {cfg.dist_target_thm5}", bool(dB.max() <= cfg.dist_target_thm5), seeds=cfg.seeds),
         Check("Thm 5 / Fig. 3(d–f): Dist(Σ^½A_iΣ^½, I)", "→ 0", fmt(blue5.max(axis=0), 3) + " (max over seeds)",
@@ -507,8 +522,17 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
             dataset(slice(nd, None), "n", cfg.contexts, {"layers": cfg.n_layers}))
 
 
-def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset) -> list[Check]:
-    checks = []
+# Σ⁻¹-preconditioned GD against plain GD on the anisotropic Σ (condition number 16): at most this ratio (quick: 0.14-0.87)
+PGD_MARGIN = 0.95
+
+
+def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset, cfg: Config) -> list[Check]:
+    ratios = {f"L = {L}": ds_depth.transformer.sel(depth=L).values / zero_loss(cfg) for L in ds_depth.depth.values}
+    ratios |= {f"n = {n}": ds_ctx.transformer.sel(n=n).values / zero_loss(cfg) for n in ds_ctx.n.values}
+    # at n < d no predictor built from the prompt gets far below the zero estimator (preconditioned GD with its best
+    # step: 0.68 of it at n = 2, d = 5), hence a looser fraction than the figures' models trained at n = 20
+    checks = [learned_check("depth and context sweeps", ratios, 0.9,
+                            trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})", where="on fresh prompts")]
     for ds, dim in ((ds_depth, "depth"), (ds_ctx, "n")):
         tf = ds.transformer.mean("seed").values
         pgd = ds.preconditioned_gd.mean("seed").values
@@ -517,8 +541,11 @@ def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset) -> list[Check]:
         ok = bool(np.all(tf <= pgd * 1.02 + 3 * se))
         checks.append(Check(f"trained transformer ≤ Σ⁻¹-preconditioned GD, every {dim}",
                             "TF ≤ PGD", f"TF {fmt(tf, 3)} vs PGD {fmt(pgd, 3)}", "2% + 3 s.e. (finite training set)", ok))
-        checks.append(Check(f"Σ⁻¹-preconditioned GD ≤ plain GD (best steps), every {dim}", "PGD ≤ GD",
-                            f"GD {fmt(gd, 3)}", "—", bool(np.all(pgd <= gd * 1.02))))
+        # Σ has condition number 16 (cfg.scales): the preconditioner must show, by a margin a dropped or wrong
+        # preconditioner (PGD = GD) does not meet
+        checks.append(Check(f"Σ⁻¹-preconditioned GD below plain GD (best steps), every {dim}", "PGD < GD",
+                            f"PGD ÷ GD {fmt(pgd / gd, 3)} (GD {fmt(gd, 3)})", f"≤ {PGD_MARGIN:g} at every {dim}",
+                            bool(np.all(pgd <= PGD_MARGIN * gd))))
     tf_depth = ds_depth.transformer.mean("seed").values
     order = np.argsort(ds_depth.depth.values)
     checks.append(Check("test loss decreases with depth", "decreasing", fmt(tf_depth, 3), "—",

@@ -15,6 +15,11 @@ from ..runtime.profiling import Stage, StageTimer, total
 
 
 VERDICTS = ("pass", "FAIL", "not reproduced", "not applicable", "reported")
+KINDS = ("simulation", "formulas")
+# what the headline counts apart: a claim that passed where it is not asserted, and the checks of the paper's
+# formulas against each other (which no bug of the simulation can fail)
+COUNTED = ("pass", "FAIL", "pass (not asserted)", "not reproduced", "not applicable", "reported", "formulas pass",
+           "formulas FAIL")
 
 
 @dataclasses.dataclass
@@ -31,8 +36,16 @@ class Check:
     - not ``applicable``: **not applicable**: the claim's premise does not hold at this run's settings (e.g. a
       theorem's condition on σ, after ``--set``); ``reason`` says which. Never asserted, whatever the numbers.
 
-    ``seeds``: for a claim asserted from a stochastic run, over how many seeds it is asserted (the slow tests run
-    them); shown in the tolerance column.
+    ``kind``: what an asserted row checks. ``"simulation"``: a number the simulation computed against the paper's
+    prediction; a plausible bug of the simulation makes it FAIL (tests/test_mutations.py perturbs each such row's
+    input alone and sees it fail). ``"formulas"``: the paper's formulas against each other (a closed form against
+    a construction, a bound against its rate): no bug of the simulation can fail it, so the headline counts it apart.
+
+    ``margin`` and ``asserted_at``: for a claim not asserted at this run's size, how far its measurement is from
+    its threshold (positive: on the side the paper claims) and the size at which it is asserted.
+
+    ``seeds``: for a claim asserted from a stochastic run, over how many seeds it is asserted; shown in the
+    tolerance column.
     """
 
     claim: str
@@ -44,10 +57,15 @@ class Check:
     reason: str = ""
     seeds: int | None = None
     applicable: bool = True
+    kind: str = "simulation"
+    margin: str = ""
+    asserted_at: str = ""
 
     def __post_init__(self):
         if self.passed is not None:
             self.passed = bool(self.passed)
+        if self.kind not in KINDS:
+            raise ValueError(f"the claim {self.claim!r}: kind must be one of {KINDS}, got {self.kind!r}.")
         if not self.applicable:
             if not self.reason:
                 raise ValueError(f"the claim {self.claim!r} is not applicable: give the reason (the premise that fails).")
@@ -68,15 +86,32 @@ class Check:
         return "FAIL" if self.asserted else "not reproduced"
 
     @property
+    def counted_as(self) -> str:
+        """The headline's category (`COUNTED`): the verdict, with a pass that is not asserted and the checks of the
+        paper's formulas counted apart."""
+        v = self.verdict
+        if v == "pass" and not self.asserted:
+            return "pass (not asserted)"
+        if v in ("pass", "FAIL") and self.kind == "formulas":
+            return f"formulas {v}"
+        return v
+
+    @property
     def status(self) -> str:
         """The result cell of the report's table."""
         v = self.verdict
+        where = "".join([f"; margin {self.margin}" if self.margin else "",
+                         f"; asserted at `{self.asserted_at}`" if self.asserted_at else ""])
         if v == "FAIL":
             return "**FAIL**"
-        if v in ("not reproduced", "not applicable"):
+        if v == "not reproduced":
+            return f"{v}: {self.reason}{where}"
+        if v == "not applicable":
             return f"{v}: {self.reason}"
         if v == "pass" and not self.asserted:
-            return f"pass (not asserted: {self.reason})"
+            return f"pass (not asserted: {self.reason}{where})"
+        if self.kind == "formulas" and v == "pass":
+            return "pass (formulas)"
         return v
 
     @property
@@ -85,12 +120,42 @@ class Check:
 
 
 def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, holds: bool, assert_if: bool = True,
-                reason: str = "", seeds: int | None = None, applies: bool = True) -> Check:
-    """A claim of a paper: asserted where ``assert_if`` (e.g. at ``--full``, where the run is the paper's size),
-    elsewhere "not reproduced" when it fails, for ``reason``; "not applicable", for ``reason``, where its premise
-    does not hold at these settings (not ``applies``)."""
+                reason: str = "", seeds: int | None = None, applies: bool = True, margin: str = "",
+                asserted_at: str = "") -> Check:
+    """A claim of a paper: asserted where ``assert_if`` (the run's size is one where the claim is asserted),
+    elsewhere "not reproduced" when it fails, for ``reason``, with its measured ``margin`` and the size where it is
+    asserted (``asserted_at``: both required there); "not applicable", for ``reason``, where its premise does not
+    hold at these settings (not ``applies``)."""
+    if not assert_if and applies and not (margin and asserted_at):
+        raise ValueError(f"the claim {claim!r} is not asserted at this size: give its measured margin and the size "
+                         "where it is asserted.")
     return Check(claim, predicted, simulated, tolerance, bool(holds), asserted=bool(assert_if),
-                 reason="" if assert_if and applies else reason, seeds=seeds, applicable=bool(applies))
+                 reason="" if assert_if and applies else reason, seeds=seeds, applicable=bool(applies),
+                 margin="" if assert_if else margin, asserted_at="" if assert_if else asserted_at)
+
+
+def learned_check(figure: str, ratios: dict, fraction: float, trivial: str = "the zero estimator's",
+                  where: str = "at the last example") -> Check:
+    """The row that every trained model learned: for each model (``ratios``: name -> its error ÷ the trivial
+    estimator's, one per seed it trains), the ratio is below ``fraction``. A model left on a plateau (ratio ≈ 1)
+    FAILs it, at every size, so no claim is read off a model that learned nothing."""
+    ratios = {name: np.atleast_1d(np.asarray(r, float)) for name, r in ratios.items()}
+    seeds = {r.size for r in ratios.values()}
+    worst = max(float(np.max(r)) for r in ratios.values())
+    shown = ", ".join(f"{name} {fmt(r.max(), 3)}" for name, r in ratios.items())
+    return Check(f"{figure}: every trained model learned — its error {where} ÷ {trivial}", f"< {fraction:g}",
+                 f"{shown} (max over {max(seeds)} seed{'s' * (max(seeds) > 1)})" if max(seeds) > 1 else shown,
+                 f"< {fraction:g} for every model and seed; worst {fmt(worst, 3)}",
+                 bool(worst < fraction and np.all(np.isfinite(list(np.concatenate(list(ratios.values())))))),
+                 seeds=max(seeds) if max(seeds) > 1 else None)
+
+
+def relative_margin(value, threshold, below: bool = True) -> str:
+    """How far ``value`` is on the claimed side of ``threshold``, relative to it: "+12 %" (``below``: the claim is
+    value < threshold), negative where the claim fails."""
+    value, threshold = float(value), float(threshold)
+    m = (threshold - value) / abs(threshold) if below else (value - threshold) / abs(threshold)
+    return f"{100 * m:+.1f} %"
 
 
 def premise(holds: bool, reason: str) -> dict:
@@ -100,18 +165,23 @@ def premise(holds: bool, reason: str) -> dict:
 
 
 def count_verdicts(checks) -> dict[str, int]:
-    """How many checks have each verdict (every one of `VERDICTS`, zeros included)."""
-    counts = dict.fromkeys(VERDICTS, 0)
+    """How many checks fall in each category of the headline (`COUNTED`, zeros included)."""
+    counts = dict.fromkeys(COUNTED, 0)
     for c in checks:
-        counts[c.verdict] += 1
+        counts[c.counted_as] += 1
     return counts
 
 
 def headline(checks) -> str:
-    """"97 pass, 0 fail, 4 not reproduced, 18 reported": the report's and the CLI's summary of ``checks``."""
+    """"72 pass, 0 fail, 6 pass (not asserted), 10 not reproduced, 8 reported; formulas: 20 pass, 0 fail": the
+    report's and the CLI's summary of ``checks``. The first two count the asserted checks of the simulation; the
+    checks of the paper's formulas against each other are counted after the semicolon."""
     n = count_verdicts(checks)
     na = f", {n['not applicable']} not applicable" if n["not applicable"] else ""  # only at changed settings
-    return f"{n['pass']} pass, {n['FAIL']} fail, {n['not reproduced']} not reproduced{na}, {n['reported']} reported"
+    formulas = (f"; formulas: {n['formulas pass']} pass, {n['formulas FAIL']} fail"
+                if n["formulas pass"] + n["formulas FAIL"] else "")
+    return (f"{n['pass']} pass, {n['FAIL']} fail, {n['pass (not asserted)']} pass (not asserted), "
+            f"{n['not reproduced']} not reproduced{na}, {n['reported']} reported{formulas}")
 
 
 def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
@@ -250,10 +320,13 @@ def lap_timer(progress: bool) -> StageTimer:
 def render_markdown(results: list[PaperResult]) -> str:
     lines = ["# jaxicl reproduction report", ""]
     lines += [headline([c for r in results for c in r.checks]) + ".", "",
-              "Verdicts: pass or FAIL: a claim of the paper, asserted; not reproduced: a claim this run contradicts "
-              "where it is not asserted (the reason is given: the size, the training steps, an unfinished run); not "
-              "applicable: a claim whose premise fails at changed settings (the premise is given); reported: a "
-              "measurement the paper makes no claim about.", ""]
+              "Verdicts: pass or FAIL: a claim of the paper, asserted, checked against the simulation; pass (not "
+              "asserted): a claim that holds where it is not asserted (its margin and the size where it is asserted "
+              "are given); not reproduced: a claim this run contradicts where it is not asserted (the reason is given: "
+              "the size, the training steps, an unfinished run); not applicable: a claim whose premise fails at "
+              "changed settings (the premise is given); reported: a measurement the paper makes no claim about. "
+              "Formulas: a check of the paper's formulas against each other, which no bug of the simulation could "
+              "fail, counted apart.", ""]
     for r in results:
         lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s; {headline(r.checks)}.", ""]
         if r.settings:
@@ -317,4 +390,5 @@ def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
     if status is None:
         return checks
     return [dataclasses.replace(c, claim=f"{c.claim} [{status}]", asserted=False,
-                                reason=c.reason or f"training {status}") for c in checks]
+                                reason=c.reason or f"training {status}",
+                                asserted_at=c.asserted_at or "the same command, run to its end") for c in checks]

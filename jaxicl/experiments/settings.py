@@ -7,7 +7,8 @@ value (``20``, ``[2, 16, 64]``, ``"bfloat16"``). It is checked before any work, 
 at that size:
 
 - an unknown key is an error listing the allowed keys and the closest one;
-- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed`` ≥ 0); reals finite and ≥ 0; a field named after κ ≥ 1;
+- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed`` and ``curriculum_every`` ≥ 0); reals finite and ≥ 0; a
+  field named after κ ≥ 1;
 - a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text.
 
 The effective settings, and those that differ from the paper's size, are recorded in the report
@@ -52,6 +53,10 @@ class Sized(Consistent):
     @classmethod
     def full(cls):
         return sys.modules[cls.__module__].SIZES["full"]
+
+
+# integer settings that may be 0 (a seed; a curriculum's interval, 0 for none); every other integer is >= 1
+ZERO_ALLOWED = ("seed", "curriculum_every")
 
 
 class SettingsError(ValueError):
@@ -150,7 +155,7 @@ def _entry(key: str, value, like):
         return value
     try:  # numbers: the library's own checks (integrality, finiteness, bounds), their errors naming the key
         if isinstance(like, int):
-            return _validate.integer(key, value, low=0 if key.split(".")[-1].split("[")[0] == "seed" else 1)
+            return _validate.integer(key, value, low=0 if key.split(".")[-1].split("[")[0] in ZERO_ALLOWED else 1)
         if isinstance(like, float):
             kappa = "kappa" in key.lower()
             return float(_validate.real(key, value, ge=1.0 if kappa else 0.0,

@@ -292,8 +292,10 @@ class WindowedScale(ScalePrior):
     """s uniform on ∪_i [s_i − w, s_i + w] (Gatmiry et al. §5, D_test; w = 0 is the discrete set).
 
     Overlapping windows are merged: the density is uniform on the union, not a mixture. Sorted
-    centres split the union into pieces [max(s_i − w, s_{i−1} + w), s_i + w]; a repeated centre
-    gives an empty piece, so padding the centres by repeating one is harmless."""
+    centres split the union into pieces [max(s_i − w, s_{i−1} + w), s_i + w], each weighted by its share
+    of the union's length. At w = 0 every piece is a point and each *distinct* centre weighs 1/k (k distinct
+    centres): D_test at w = 0 is D_train = Unif{s_1 … s_k}. A repeated centre adds nothing at any w, so padding
+    the centres to a fixed length by repeating one (a traced k, in a sweep) leaves the distribution unchanged."""
 
     centers: Float[Array, " k"]
     width: Float[Array, ""]
@@ -320,14 +322,16 @@ class WindowedScale(ScalePrior):
         """Disjoint pieces (lo_i, hi_i) of the union, one per centre (possibly empty)."""
         return _window_pieces(self.centers, self.width)
 
+    def masses(self):
+        """The probability of each piece (`pieces`): its share of the union's length; at w = 0, 1/k for the first
+        of each distinct centre and 0 for its repeats."""
+        return _window_masses(self.centers, self.width)
+
     def sample(self, key):
         lo, hi = self.pieces()
         k1, k2 = jax.random.split(key)
-        length = hi - lo
-        # w = 0: every piece has length 0, pick a centre uniformly
-        p = jnp.where(jnp.sum(length) > 0, length / jnp.maximum(jnp.sum(length), 1e-300), 1.0 / length.shape[0])
-        i = jax.random.choice(k1, length.shape[0], p=p)
-        return lo[i] + length[i] * jax.random.uniform(k2, (), lo.dtype)
+        i = jax.random.choice(k1, lo.shape[0], p=self.masses())
+        return lo[i] + (hi[i] - lo[i]) * jax.random.uniform(k2, (), lo.dtype)
 
     def quadrature(self, n_nodes: int = 32):
         return _window_quadrature(int(n_nodes), self.centers, self.width)
@@ -344,15 +348,23 @@ def _window_pieces(centers, width):
     return lo, hi
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _window_quadrature(n_nodes: int, centers, width):
-    """`WindowedScale.quadrature`: Gauss–Legendre on each piece, weighted by its share of the union."""
+@jax.jit
+def _window_masses(centers, width):
+    """`WindowedScale.masses`: length shares of the pieces; at w = 0 (every piece a point), the distinct centres
+    equally (sorted centres: a repeat equals its predecessor)."""
     lo, hi = _window_pieces(centers, width)
-    x, w = gauss_legendre(n_nodes, lo[:, None], hi[:, None])
     length = hi - lo
     total = jnp.sum(length)
-    mass = jnp.where(total > 0, length / jnp.maximum(total, 1e-300), 1.0 / length.shape[0])
-    return x.ravel(), (mass[:, None] * w).ravel()
+    distinct = jnp.concatenate([jnp.ones((1,), bool), centers[1:] != centers[:-1]]).astype(centers.dtype)
+    return jnp.where(total > 0, length / jnp.maximum(total, 1e-300), distinct / jnp.sum(distinct))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _window_quadrature(n_nodes: int, centers, width):
+    """`WindowedScale.quadrature`: Gauss–Legendre on each piece, weighted by its probability (`_window_masses`)."""
+    lo, hi = _window_pieces(centers, width)
+    x, w = gauss_legendre(n_nodes, lo[:, None], hi[:, None])
+    return x.ravel(), (_window_masses(centers, width)[:, None] * w).ravel()
 
 
 class ScaledIdentityCovariance(CovariancePrior):

@@ -21,6 +21,7 @@ import dataclasses
 import math
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -126,6 +127,21 @@ def w_curvature(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[A
     (1/2K)Σ_k‖Z̄(C_k w_{:,k}) − Z̄A_{:,k}‖² + L⋆, Lemma 5). GD in w is stable for η_w < 2/w_curvature."""
     B = attention_B(model, task)
     return jnp.max(jnp.linalg.eigvalsh(B @ jnp.swapaxes(B, 1, 2))[:, -1]) / task.K  # N×N, same nonzero spectrum
+
+
+@eqx.filter_jit
+def w_floor(model: MultiHeadSoftmaxICL, task: TemplateRegression, A=None) -> Float[Array, ""]:
+    """min_w Δ at the model's Q: the excess loss (Lemma 5, eq. 36) that training w alone reaches,
+    (1/2K) Σ_k min_w ‖G^½(C_k w − a_k)‖², a least-squares problem per k (C_k ∈ R^{N×H}: the heads' attention
+    on the prompt for token k, G the loss metric, a_k column k of A). 0 when every C_k has full row rank
+    (Assumption 2, which Prop. 1 gives for H ≥ N at a Gaussian Q); positive when H < N, since rank C_k ≤ H."""
+    A = optimal_prediction_matrix(task) if A is None else A
+    R = _sqrt_psd(loss_gram(task))
+    C = model.attention(task.tokens, task.n_context) * model.head_mask[:, None, None]  # (H, N, K)
+    M = jnp.einsum("ij,hjk->kih", R, C)  # G^½ C_k, (K, N, H)
+    b = (R @ A).T  # G^½ a_k, (K, N)
+    w = jax.vmap(lambda Mk, bk: jnp.linalg.lstsq(Mk, bk)[0])(M, b)
+    return jnp.sum((jnp.einsum("knh,kh->kn", M, w) - b) ** 2) / (2 * task.K)
 
 
 @dataclasses.dataclass(frozen=True)

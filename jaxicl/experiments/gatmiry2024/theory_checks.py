@@ -43,7 +43,8 @@ def _depth_law_checks(cfg: Config, need: dict) -> list[Check]:
         tol = float(np.abs(w) @ np.log1p(1 / x))
         checks.append(Check(claim, f"slope {exact:.4f} (closed-form depths ⌈x(κ)⌉ = {fmt(np.ceil(x), 5)}; → {expo} as "
                             "κ → ∞)", f"L = {fmt(depth, 5)}, slope {slope:.4f}",
-                            f"{tol:.1e} (rounding L up to an integer)", bool(abs(slope - exact) <= tol)))
+                            f"{tol:.1e} (rounding L up to an integer)", bool(abs(slope - exact) <= tol),
+                            kind="formulas"))  # depths of the residual polynomials, not of the model
     return checks
 
 
@@ -101,7 +102,7 @@ def check_lemma1(cfg: Config, models: dict, key):
         longest = max((gammas[e - 1] - gammas[s] for s, e in edges), default=0.0)
         checks.append(Check(f"Lemma 1: a scaling γ ∈ [1, 36L²] with relative error ≥ 1/4 ({name}, L = {L})", "max_γ error ≥ 1/4",
                             f"max {err.max():.3g} (at γ = {gammas[err.argmax()]:.3g}); error ≥ 1/8 on an interval of length {longest:.3g}",
-                            "—", bool(err.max() >= 0.25)))
+                            "—", bool(err.max() >= 0.25), kind="formulas"))  # a lower bound for any weights
     return checks, curves
 
 
@@ -185,9 +186,10 @@ def check_thm6_thm7(cfg: Config):
     v = np.array(vals)
     checks += [
         Check("Thm 7 (eq. 13): looped minimiser A*⁻¹ ≽ (β/2)(1 − ln(dL)/L) I on the (1/L, 0) right-spread-out P",
-              fmt(v[:, 2], 3), "λ_min(A*⁻¹) = " + fmt(v[:, 1], 3) + f" for L = {list(cfg.thm7_depths)}", "every L", ok13),
+              fmt(v[:, 2], 3), "λ_min(A*⁻¹) = " + fmt(v[:, 1], 3) + f" for L = {list(cfg.thm7_depths)}", "every L", ok13,
+              kind="formulas"),  # the minimiser's closed form against the theorem's bound
         Check("Thm 7: its loss on Unif[α, (1 − δ′)β]·I, δ′ = ln(dL)/L", "≤ d(1 − (2ln(dL)/L ∧ α/β))^{2L} (App. B)",
-              fmt(v[:, 3], 3) + " vs " + fmt(v[:, 4], 3), "every L", okb),
+              fmt(v[:, 3], 3) + " vs " + fmt(v[:, 4], 3), "every L", okb, kind="formulas"),
     ]
     ds = xr.Dataset({"train_loss": ("L", r[:, 1]), "multilayer_ood": ("L", r[:, 2]), "bound_proved": ("L", r[:, 3]),
                      "bound_stated": ("L", r[:, 4]), "looped_ood": ("L", r[:, 5])}, coords={"L": r[:, 0].astype(int)},
@@ -232,7 +234,7 @@ def thm8_curves(cfg: Config, A_loop, scales):
     checks = [
         Check("Thm 8: looped loss monotone in the loop count from L_0 on (symmetric part of the trained looped A, Σ = sI)",
               f"L_0 = {fmt(np.array(L0s), 3)} for s = {list(scales)}", f"monotone from L = {starts} (raw trained A: from {raw_starts}) over {T} loops",
-              "from ⌈L_0⌉ on, every s (≥ 10 loops past each L_0)", bool(ok)),
+              "from ⌈L_0⌉ on, every s (≥ 10 loops past each L_0)", bool(ok), kind="formulas"),  # any looped A
         Check("Thm 8 / App. F: unequal layers (γ_t = 3, ½, 3, …) give a loss that is not monotone in depth",
               "up and down", f"signs of successive changes: {''.join('+' if x > 0 else '-' for x in diffs[:8])}…", "—",
               bool(np.any(diffs > 0) and np.any(diffs < 0))),

@@ -162,7 +162,9 @@ def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
                            f"argmin H ≤ the median H ({int(np.median(H))})",
                            f"argmin H = {best}; steps in the budget {dict(zip(H.tolist(), n.tolist()))}",
                            "argmin ≤ median", best <= np.median(H), trained_as_paper(tc),
-                           f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})"))
+                           f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})",
+                           margin=f"loss at the median H ÷ at H = 1: {float(loss[list(H).index(int(np.median(H)))] / loss[0]):.3g}",
+                           asserted_at="--full"))
     sec = ds.step_seconds.values
     out.append(Check("Fig. 5 on this machine's clock: measured time per step, and the steps each H would complete in "
                      "the time the fastest H needs for its budget", "—",

@@ -300,7 +300,8 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         # Cor. 4.3 bound holds at every point (isotropic case)
         bound = np.array([[zhang.corollary_4_3_bound(Lam, Ntr, M) for M in cfg.Ms_thm42] for Ntr in cfg.Ns_thm42])
         checks.append(Check("Cor. 4.3: isotropic error ≤ (d+1)trΛ/M + (1+2d+d²κ)trΛ/N²", "≤ bound",
-                            f"max error/bound {np.max(pred[0] / bound):.3g}", "≤ 1", bool(np.all(pred[0] <= bound))))
+                            f"max error/bound {np.max(pred[0] / bound):.3g}", "≤ 1", bool(np.all(pred[0] <= bound)),
+                            kind="formulas"))  # (4.6) against the corollary's bound: theory against theory
 
         lap("Thm 4.2")
         # 5. §4.2 shifts ---------------------------------------------------------------------------
