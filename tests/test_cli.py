@@ -74,9 +74,9 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     from jaxicl.runtime import compilation_cache
     from jaxicl.experiments import algoformer as A
 
-    tiny = dataclasses.replace(A.SIZES["quick"], steps=4, chunk=2, d_model=8, n_heads=2, std_layers=1, loops=(2, 1),
-                               fig3_loops=((2, 1), (1, 0)), fig5_loops=((2, 1), (1, 1)), eval_loops=4, iterations=20,
-                               test_prompts=16, batch=4)
+    tiny = dataclasses.replace(A.SIZES["quick"], steps=4, fig5_steps=0, chunk=2, d_model=8, n_heads=2, std_layers=1,
+                               loops=(2, 1), fig3_loops=((2, 1), (1, 0)), fig5_loops=((2, 1), (1, 1)), eval_loops=4,
+                               iterations=20, test_prompts=16, batch=4, curriculum_every=0)
     monkeypatch.setitem(A.SIZES, "quick", tiny)  # the CLI's default size, at toy size
     # a compilation cache of its own: the resuming call reads back the first call's programs
     request.addfinalizer(compilation_cache.disable)
@@ -133,11 +133,11 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     def toy_child(*args, **kwargs):
         cmd = child(*args, **kwargs)
         started.append(cmd[cmd.index("--part") + 1])
-        return [sys.executable, str(wrapper), *cmd[3:]]  # cmd[:3]: python -m jaxicl.cli
+        return [sys.executable, str(wrapper), *cmd[4:]]  # cmd[:4]: python -P -m jaxicl.cli
 
     monkeypatch.setattr(E, "_child_command", toy_child)
     assert cli.main(sliced + ["--jobs", "2"]) in (0, 1)
-    assert sorted(started) == sorted(A.PARTS) and len(checks) == 15 and rows() == checks
+    assert sorted(started) == sorted(A.PARTS) and len(checks) == 17 and rows() == checks
     assert re.search(r"\[jaxicl\] algoformer: \d+ pass, \d+ fail, \d+ pass \(not asserted\), \d+ not reproduced, "
                      r"\d+ reported in [\d.]+ s over 4 "
                      "processes", capsys.readouterr().out)
@@ -568,3 +568,23 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, monk
         assert "jaxicl: cannot write to --out /sys/jaxicl-report (" in capsys.readouterr().err
     with pytest.raises(SystemExit, match=r"cannot write to the compilation cache .*file/xla \(Not a directory\)"):
         cli.main(["reproduce", "ahn2023", "--cache-dir", str(tmp_path / "file" / "xla"), "--out", str(tmp_path / "o")])
+
+
+def test_a_jobs_child_runs_the_installed_jaxicl_not_a_package_in_the_working_directory(tmp_path):
+    """`--jobs` starts each paper as ``python -P -m jaxicl.cli``: a folder jaxicl/ (an __init__.py and a cli.py that
+    write a marker file) in the directory where the command runs is not imported; the child is the installed jaxicl."""
+    import subprocess
+    import sys
+
+    from jaxicl import experiments as E
+
+    planted = tmp_path / "jaxicl"
+    planted.mkdir()
+    marker = tmp_path / "planted-code-ran"
+    for name in ("__init__.py", "cli.py"):
+        (planted / name).write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    cmd = E._child_command("gatmiry2024", "quick", tmp_path / "out", False, None, True, tmp_path / "r.pkl")
+    assert cmd[:4] == [sys.executable, "-P", "-m", "jaxicl.cli"]
+    done = subprocess.run([*cmd[:4], "list"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "gatmiry2024" in done.stdout, done.stderr
+    assert not marker.exists()

@@ -201,7 +201,9 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     default)."""
     import jax
 
-    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
+    # -P: the working directory is not put first on sys.path, so a folder jaxicl/ where the command runs (another
+    # checkout, a planted package) is not what the child imports
+    cmd = [sys.executable, "-P", "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
            "--result-file", str(result_file)]
     cmd += [] if part is None else ["--part", part]
     cmd += [] if device is None else ["--device", device]

@@ -7,7 +7,7 @@ value (``20``, ``[2, 16, 64]``, ``"bfloat16"``). It is checked before any work, 
 at that size:
 
 - an unknown key is an error listing the allowed keys and the closest one;
-- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed`` and ``curriculum_every`` ≥ 0); reals finite and ≥ 0; a
+- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed``, ``curriculum_every`` and ``fig5_steps`` ≥ 0); reals finite and ≥ 0; a
   field named after κ ≥ 1;
 - a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text.
 
@@ -55,8 +55,9 @@ class Sized(Consistent):
         return sys.modules[cls.__module__].SIZES["full"]
 
 
-# integer settings that may be 0 (a seed; a curriculum's interval, 0 for none); every other integer is >= 1
-ZERO_ALLOWED = ("seed", "curriculum_every")
+# integer settings that may be 0 (a seed; a curriculum's interval, 0 for none; the AlgoFormer's Fig. 5 steps, 0 for its
+# `steps`); every other integer is >= 1
+ZERO_ALLOWED = ("seed", "curriculum_every", "fig5_steps")
 
 
 class SettingsError(ValueError):
