@@ -76,7 +76,7 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
     tiny = dataclasses.replace(A.SIZES["quick"], steps=4, fig5_steps=0, chunk=2, d_model=8, n_heads=2, std_layers=1,
                                loops=(2, 1), fig3_loops=((2, 1), (1, 0)), fig5_loops=((2, 1), (1, 1)), eval_loops=4,
-                               iterations=20, test_prompts=16, batch=4, curriculum_every=0)
+                               iterations=20, test_prompts=16, batch=4, fig5_curriculum_every=0)
     monkeypatch.setitem(A.SIZES, "quick", tiny)  # the CLI's default size, at toy size
     # a compilation cache of its own: the resuming call reads back the first call's programs
     request.addfinalizer(compilation_cache.disable)

@@ -83,14 +83,14 @@ class Config(Sized):
     seed: int = 0
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
     parts: tuple = PARTS  # the parts to run (`PARTS`); the claims of those left out are "not applicable"
-    # curriculum (Garg et al. §3, as the looped transformers of Yang et al. 2024 that the paper's training follows): the
-    # active input dimension grows by 1 and the scored examples by 2 every this many steps, from a quarter of each to
-    # the task's full size; 0: none
+    # curriculum (Garg et al. §3): the active input dimension grows by 1 and the scored examples by 2 every this many
+    # steps, from a quarter of each to the task's full size; 0: none
     curriculum_every: int = 0
-    # Fig. 5's AdamW steps: its noisy regression leaves the loss's initial plateau later than Fig. 2's tasks (quick
-    # size, curriculum every 200 steps: σ = 1 still at 0.85-1.0 of the zero estimator's error after 1,500 steps, 0.54-0.56
-    # after 2,500)
-    fig5_steps: int = 0  # 0: ``steps``
+    # Fig. 5's noisy linear regression leaves the loss's initial plateau later than Fig. 2's tasks: its own AdamW steps
+    # (0: ``steps``) and curriculum. Quick size: without a curriculum σ = 0 and σ = 1 stayed at the zero estimator's
+    # error after 1,500 steps; with one every 200 steps σ = 1 was still at 0.85-1.0 of it, and at 0.54-0.56 after 2,500
+    fig5_steps: int = 0
+    fig5_curriculum_every: int = 0
 
     def contradictions(self) -> list[str]:
         out = []
@@ -138,11 +138,12 @@ SIZES = {
     "quick": Config(d=5, N=10, phi_width=16, ar_d=3, ar_q=3, ar_N=16, cot_d=4, cot_depth=3, cot_N=5, d_model=32,
                     n_heads=4, std_layers=4, loops=(8, 6), fig3_loops=((8, 6), (8, 1), (4, 3)), eval_loops=40,
                     sigmas=(0.0, 0.1, 1.0), fig5_loops=((8, 6), (4, 4)), iterations=40, steps=1500, batch=32, lr=1e-3,
-                    test_prompts=512, chunk=250, curriculum_every=200, fig5_steps=2500),
+                    test_prompts=512, chunk=250, fig5_steps=2500, fig5_curriculum_every=200),
     "full": Config(d=20, N=40, phi_width=64, ar_d=20, ar_q=3, ar_N=40, cot_d=20, cot_depth=6, cot_N=12,
                    d_model=256, n_heads=8, std_layers=12, loops=(20, 15), fig3_loops=((20, 15), (20, 5), (10, 10)),
                    eval_loops=100, sigmas=(0.0, 0.1, 1.0), fig5_loops=((20, 15), (10, 10)), iterations=100, steps=500_000, batch=64, lr=1e-4,
-                   test_prompts=1280, chunk=1000, compute_dtype="bfloat16", curriculum_every=2000, fig5_steps=500_000),
+                   test_prompts=1280, chunk=1000, compute_dtype="bfloat16", fig5_steps=500_000,
+                   fig5_curriculum_every=2000),
 }
 
 
@@ -309,8 +310,9 @@ def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool =
 
 
 def fig5_config(cfg: Config) -> Config:
-    """Fig. 5's training settings: ``cfg`` with its own number of steps (`Config.fig5_steps`)."""
-    return dataclasses.replace(cfg, steps=cfg.fig5_steps or cfg.steps)
+    """Fig. 5's training settings: ``cfg`` with its own steps and curriculum (`Config.fig5_steps`,
+    `Config.fig5_curriculum_every`)."""
+    return dataclasses.replace(cfg, steps=cfg.fig5_steps or cfg.steps, curriculum_every=cfg.fig5_curriculum_every)
 
 
 def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
@@ -325,7 +327,7 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
         keys = jax.random.split(jax.random.fold_in(key, 5 + 10 * j), len(cfg.sigmas))
         members = eqx.filter_vmap(lambda k: build_model("algoformer", cfg, base, k))(keys)
         loss_one = lambda m, t, k, s, loops=(T, dT): losses.sequence_loss(  # noqa: E731
-            m, training_prompts(t, cfg, k, s, cfg.d, cfg.N), loops)
+            m, training_prompts(t, fig5_config(cfg), k, s, cfg.d, cfg.N), loops)
         # the first setting keeps the checkpoint name it had when Fig. 5 trained one setting
         name = "fig5_algoformer.ckpt" if j == 0 else f"fig5_T{T}_dT{dT}.ckpt"
         members, _, sps = _ensemble_fit(members, loss_one, sig_tasks, fig5_config(cfg),

@@ -7,8 +7,8 @@ value (``20``, ``[2, 16, 64]``, ``"bfloat16"``). It is checked before any work, 
 at that size:
 
 - an unknown key is an error listing the allowed keys and the closest one;
-- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed``, ``curriculum_every`` and ``fig5_steps`` ≥ 0); reals finite and ≥ 0; a
-  field named after κ ≥ 1;
+- integers must be integral (``2.5`` is not 2), ≥ 1 (``seed``, a curriculum's interval and ``fig5_steps`` ≥ 0);
+  reals finite and ≥ 0; a field named after κ ≥ 1;
 - a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text.
 
 The effective settings, and those that differ from the paper's size, are recorded in the report
@@ -57,7 +57,7 @@ class Sized(Consistent):
 
 # integer settings that may be 0 (a seed; a curriculum's interval, 0 for none; the AlgoFormer's Fig. 5 steps, 0 for its
 # `steps`); every other integer is >= 1
-ZERO_ALLOWED = ("seed", "curriculum_every", "fig5_steps")
+ZERO_ALLOWED = ("seed", "curriculum_every", "fig5_steps", "fig5_curriculum_every")
 
 
 class SettingsError(ValueError):
