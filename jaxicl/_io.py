@@ -55,14 +55,28 @@ def writable_directory(path, what: str) -> Path:
     return path
 
 
+# A settings or sweep file is a few kilobytes: one larger than this is refused before it is read through
+MAX_TOML_BYTES = 1 << 20
+
+
 def read_toml(path, what: str) -> dict:
     """The TOML file ``path`` as a dict; a ``ValueError`` naming it (as ``what``, e.g. "config file") and what is wrong
-    if it is missing, a directory, unreadable or not TOML."""
+    if it is missing, a directory, not a regular file (``/dev/zero``, a pipe), over `MAX_TOML_BYTES`, unreadable or not
+    TOML."""
+    import stat
     import tomllib
 
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        if path.is_dir():
+            raise IsADirectoryError
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ValueError(f"{what} {path} is not a regular file: give the path of a TOML file.")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TOML_BYTES + 1)
+        if len(raw) > MAX_TOML_BYTES:
+            raise ValueError(f"{what} {path} is over {MAX_TOML_BYTES >> 20} MiB: a settings file is a few kilobytes.")
+        return tomllib.loads(raw.decode())
     except FileNotFoundError:
         raise ValueError(f"{what} {path} does not exist.") from None
     except IsADirectoryError:
@@ -76,3 +90,36 @@ def read_toml(path, what: str) -> dict:
 def atomic_write_text(path, text: str) -> None:
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text)
+
+
+class OutputInUse(ValueError):
+    """Another jaxicl run is writing to the same output directory."""
+
+
+@contextlib.contextmanager
+def exclusive_output(directory, what: str = "--out"):
+    """Within the block, this process is the only jaxicl run writing to ``directory``: an advisory lock on
+    ``directory/.jaxicl.lock`` (the operating system releases it when the process ends, however it ends). A second run
+    is refused at once with `OutputInUse`, naming the first (its process id and command) and what to do. POSIX only:
+    elsewhere, no lock."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    import sys
+
+    path = Path(directory) / ".jaxicl.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            raise OutputInUse(f"{what} {directory} is in use by another jaxicl run ({holder}): wait for it to end, or "
+                              f"give this run another {what}.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()}: {' '.join(sys.argv)}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -10,7 +10,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from ._io import writable_directory
+from ._io import exclusive_output, writable_directory
 from .runtime import watchdog
 from .runtime.xla_options import default_xla_flags, size_cpu_thread_pool
 
@@ -69,8 +69,7 @@ def _overrides(args, names: list[str]) -> dict | None:
 
 
 def _cmd_reproduce(args) -> int:
-    from .experiments import _modules, available, effective_settings, reproduce, runs_in_processes
-    from .experiments.report import headline
+    from .experiments import _modules, available, effective_settings
     from .experiments.settings import SettingsError
 
     names = args.names or available()
@@ -93,15 +92,26 @@ def _cmd_reproduce(args) -> int:
     if args.jobs < 1:
         print(f"jaxicl: --jobs must be a positive number of processes, got {args.jobs}", file=sys.stderr)
         return 2
-    try:  # before any work: a report that cannot be written is found out now, not after minutes of training
-        writable_directory(args.out, "--out")
-    except ValueError as e:
-        print(f"jaxicl: {e}", file=sys.stderr)
-        return 2
+    child = args.result_file is not None  # one paper (or part) of a --jobs run: its parent holds --out and its report
+    with contextlib.ExitStack() as stack:
+        try:  # before any work: a report that cannot be written is found out now, not after minutes of training
+            writable_directory(args.out, "--out")
+            if not child:  # one writer per --out (its --jobs children write under the parent's lock)
+                stack.enter_context(exclusive_output(args.out))
+        except ValueError as e:  # OutputInUse among them
+            print(f"jaxicl: {e}", file=sys.stderr)
+            return 2
+        return _reproduce_in(args, names, size, overrides, configs, child)
+
+
+def _reproduce_in(args, names, size, overrides, configs, child: bool) -> int:
+    """`_cmd_reproduce` once its settings are checked and its --out is this run's."""
+    from .experiments import reproduce, runs_in_processes
+    from .experiments.report import headline
+
     _use_cache(args)
     if args.part is not None:  # one part of a paper, in a --jobs run's process: its parent assembles the paper
         return _reproduce_part(args, names, size, overrides)
-    child = args.result_file is not None  # one paper of a --jobs run: its parent writes the report
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
     in_process = not child and (args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers, configs))
     with watchdog.watching() if in_process else contextlib.nullcontext():
@@ -172,10 +182,11 @@ def _cmd_stage_sweep(args) -> int:
         grid = dict(settings.parse_assignment(a) for a in args.grid or ())
         overrides = dict(settings.parse_assignment(a) for a in args.set or ())
         writable_directory(args.out, "--out")
-        _use_cache(args)
-        ds = sweep_stage(args.stage, grid, "full" if args.full else "quick", overrides, args.out,
-                         progress=args.progress or sys.stderr.isatty())
-    except (settings.SettingsError, ValueError) as e:
+        with exclusive_output(args.out):  # one writer per --out
+            _use_cache(args)
+            ds = sweep_stage(args.stage, grid, "full" if args.full else "quick", overrides, args.out,
+                             progress=args.progress or sys.stderr.isatty())
+    except (settings.SettingsError, ValueError) as e:  # OutputInUse among them
         print(f"jaxicl sweep: {e}", file=sys.stderr)
         return 2
     print(ds)
@@ -200,9 +211,10 @@ def _cmd_sweep(args) -> int:
     try:
         cfg = load_config(args.config)
         grid, overrides, out = as_stage(cfg)  # the file is one case of `--stage lsa:flow`
-        with watchdog.watching():  # a deadlocked sweep is started again, and resumes from its finished chunks
-            ds = sweep_stage("lsa:flow", grid, overrides=overrides, out=out, progress=args.progress)
-    except (ConfigError, SweepConfigError, SettingsError) as e:
+        writable_directory(out, "outputs.dir")
+        with exclusive_output(out, "outputs.dir"), watchdog.watching():  # one writer; a deadlocked sweep is started
+            ds = sweep_stage("lsa:flow", grid, overrides=overrides, out=out, progress=args.progress)  # again, resumes
+    except (ConfigError, SweepConfigError, SettingsError, ValueError) as e:  # OutputInUse among them
         print(f"jaxicl sweep: {e}", file=sys.stderr)
         return 2
     out = Path(cfg["outputs"]["dir"])

@@ -588,3 +588,73 @@ def test_a_jobs_child_runs_the_installed_jaxicl_not_a_package_in_the_working_dir
     done = subprocess.run([*cmd[:4], "list"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "gatmiry2024" in done.stdout, done.stderr
     assert not marker.exists()
+
+
+def test_one_writer_per_out(tmp_path, capsys):
+    """A second run on an --out that a run is writing to is refused at once (exit status 2), naming the first; a
+    sweep's output directory likewise; the lock goes with the run that held it."""
+    from jaxicl._io import OutputInUse, exclusive_output
+
+    with exclusive_output(tmp_path):
+        with pytest.raises(OutputInUse, match="in use by another jaxicl run"):
+            with exclusive_output(tmp_path):
+                pass
+        assert cli.main(["reproduce", "gatmiry2024", "--out", str(tmp_path), "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        assert "is in use by another jaxicl run (process" in err and "give this run another --out" in err
+        assert cli.main(["sweep", "--stage", "zhang2023:balanced_flow", "--grid", "sigma=[0.1]", "--out",
+                         str(tmp_path), "--no-cache"]) == 2
+        assert "in use by another jaxicl run" in capsys.readouterr().err
+    with exclusive_output(tmp_path):  # released
+        pass
+    assert not list(tmp_path.glob("*.md"))  # the refused runs wrote nothing
+
+
+def test_a_settings_file_that_is_not_a_small_regular_file_is_refused_before_it_is_read(tmp_path, capsys):
+    """`--config /dev/zero` (endless) and a file over 1 MiB are refused at once, not read through."""
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (1 << 20) + "\n")
+    for path, why in (("/dev/zero", "is not a regular file"), (str(big), "is over 1 MiB")):
+        assert cli.main(["reproduce", "zhang2023", "--config", path, "--out", str(tmp_path / "out")]) == 2
+        assert why in capsys.readouterr().err
+
+
+def test_a_signal_to_a_jobs_run_stops_every_child_and_leaves_no_temporary_folder(tmp_path):
+    """SIGTERM to the parent of a `--jobs 2` run: both children (here, processes that sleep) are stopped, the parent
+    exits with 143 saying what was kept, and its temporary folder of results is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = tmp_path / "parent.py"
+    script.write_text(f"""
+import sys
+from pathlib import Path
+from jaxicl import experiments as E
+
+def sleeper(name, *args, **kwargs):
+    return [sys.executable, "-c", "import os, time; open(os.path.join({str(pids)!r}, str(os.getpid())), 'w'); "
+            "time.sleep(120)"]
+
+E._child_command = sleeper
+E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / 'out')!r}), False, None, True, jobs=2)
+""")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    parent = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    for _ in range(600):  # both children started (each writes its pid)
+        if len(list(pids.iterdir())) == 2:
+            break
+        time.sleep(0.1)
+    children = [int(p.name) for p in pids.iterdir()]
+    assert len(children) == 2
+    parent.send_signal(signal.SIGTERM)
+    out, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 143, out
+    assert "stopped by SIGTERM" in out
+    for pid in children:  # reaped by the parent: no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not list(tmp_path.glob("jaxicl-results-*"))

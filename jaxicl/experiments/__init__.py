@@ -15,7 +15,8 @@ from ..runtime import placement
 from .._io import atomic_write_text
 from ..runtime.budget import TimeBudget, plan_markdown
 from ..runtime.profiling import Stage, StageTimer, total
-from ..runtime.jobs import AcceleratorOwner, cpu_threads_per_process, longest_first, record_seconds, run_watched
+from ..runtime.jobs import (
+    AcceleratorOwner, cpu_threads_per_process, longest_first, record_seconds, run_watched, stopping_children_on_signals)
 from . import settings
 from .report import Check, PaperResult, PartResult, headline, render_markdown
 from .report import recording as report_settings
@@ -283,8 +284,9 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                 results[name] = res
                 atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:  # submitted longest first, reported in the given order
-            order = {_job_name(*j): j for j in todo}
+        # a SIGTERM or SIGINT stops every child before this process ends, and the folder above is removed
+        with stopping_children_on_signals(), ThreadPoolExecutor(max_workers=jobs) as pool:
+            order = {_job_name(*j): j for j in todo}  # submitted longest first, reported in the given order
             futures = [pool.submit(one, order[label]) for label in longest_first(list(order))]
     if record_times and size == "quick" and end is None:  # whole runs only: a slice says nothing of a job's length
         record_seconds(seconds)

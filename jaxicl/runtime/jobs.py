@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from pathlib import Path
 
 from . import placement
@@ -93,26 +94,86 @@ def child_environment() -> dict[str, str]:
     return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
 
 
+class Stopped(Exception):
+    """The ``--jobs`` run was stopped by a signal (`stopping_children_on_signals`): no new child starts."""
+
+
+_children: set = set()  # the child processes running now (`run_watched`)
+_children_lock = threading.Lock()
+_stopping = threading.Event()  # set by a signal: every child is stopped and none starts any more
+
+
+def stop_children() -> None:
+    """Send SIGTERM to every child process running now, and start no more."""
+    import signal
+
+    _stopping.set()
+    with _children_lock:
+        for proc in _children:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stopping_children_on_signals():
+    """Within the block (from the main thread), SIGTERM and SIGINT stop every ``--jobs`` child first (`stop_children`)
+    and then end this process: SIGINT as ``KeyboardInterrupt``, SIGTERM as ``SystemExit(143)``, so that the blocks
+    being left clean up after themselves (the temporary folder of the children's results among them). A child never
+    outlives its parent, and no child starts once a signal came."""
+    import signal
+
+    def stop(signum, frame):
+        stop_children()
+        print(f"[jaxicl] stopped by {signal.Signals(signum).name}: every process of the run stopped; the papers that "
+              "finished are in the report, training checkpoints are kept (the same command resumes)", flush=True)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    _stopping.clear()
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if _stopping.is_set():
+            stop_children()  # any started between the signal and here
+
+
 def run_watched(cmd: list[str], name: str) -> int | None:
     """Run ``cmd``; its exit status, or None if it used no CPU time for `STALL_SECONDS` (Linux; time in which it
-    or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for."""
+    or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's
+    faulthandler (on in the child) print every thread's stack, and waited for. Raises `Stopped` instead of starting
+    it once a signal stopped the run (`stopping_children_on_signals`)."""
     import signal
     import subprocess
 
-    proc = subprocess.Popen(cmd, env=child_environment())
-    clock = IdleClock(process_cpu_seconds(proc.pid), max_gap_seconds(STALL_SECONDS))
-    while True:
-        try:
-            return proc.wait(timeout=poll_seconds(STALL_SECONDS))
-        except subprocess.TimeoutExpired:
-            pass
-        idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
-        if idle >= STALL_SECONDS:
-            print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
-                  "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
-            proc.send_signal(signal.SIGABRT)
-            proc.wait()
-            return None
+    with _children_lock:
+        if _stopping.is_set():
+            raise Stopped(f"{name}: not started, the run was stopped")
+        proc = subprocess.Popen(cmd, env=child_environment())
+        _children.add(proc)
+    try:
+        clock = IdleClock(process_cpu_seconds(proc.pid), max_gap_seconds(STALL_SECONDS))
+        while True:
+            try:
+                return proc.wait(timeout=poll_seconds(STALL_SECONDS))
+            except subprocess.TimeoutExpired:
+                pass
+            idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
+            if idle >= STALL_SECONDS:
+                print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
+                      "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
+                proc.send_signal(signal.SIGABRT)
+                proc.wait()
+                return None
+    finally:
+        with _children_lock:
+            _children.discard(proc)
 
 
 

@@ -30,8 +30,7 @@ from ...sweep import sweep
 from ...runtime.budget import TimeBudget
 from ...theory import yang as Y
 from ..report import (
-    Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, premise, relative_margin, save_dataset,
-    save_paper_figure)
+    Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, premise, save_dataset, save_paper_figure)
 # the reproduction's names live in this package's modules (settings, Figs. 2(b)/5) and are all reachable from here
 from .config import NAME, SIZES, TITLE, TRANSFORMER_SETTINGS, Config, TransformerConfig  # noqa: F401
 from .transformer import (  # noqa: F401
@@ -390,13 +389,13 @@ def _fig4_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
         Check(f"Fig. 4 / Prop. 1: at the Gaussian init, w alone can reach L⋆ for every H ≥ N = {cfg.N} (min_w Δ = 0)",
               "floor 0 (C_k of full row rank)", f"floor ÷ Δ(0): H = {H[big].tolist()}: {fmt(floor[big], 2)}", "≤ 1e-10",
               bool(np.all(floor[big] <= 1e-10))),
-        Check(f"Fig. 4: and cannot for H < N (rank C_k ≤ H): a floor above L⋆", "floor > 0",
+        Check("Fig. 4: and cannot for H < N (rank C_k ≤ H): a floor above L⋆", "floor > 0",
               f"floor ÷ Δ(0): H = {H[few].tolist()}: {fmt(floor[few], 2)}", "≥ 1e-3", bool(np.all(floor[few] >= 1e-3)),
               kind="formulas"),  # the rank bound holds for any Q
-        Check(f"Fig. 4: every stable H ≥ N keeps descending (\"the loss keeps descending when H = 30\", §4)",
+        Check("Fig. 4: every stable H ≥ N keeps descending (\"the loss keeps descending when H = 30\", §4)",
               f"Δ(T)/Δ(T/2) < {cfg.fig4_descending:g}", f"H = {H[ok].tolist()}: {fmt(late[ok], 2)} (Δ(T)/Δ(0) "
               f"{fmt(ratio[ok], 2)})", f"after {cfg.fig4_steps} steps", bool(np.all(late[ok] < cfg.fig4_descending))),
-        Check(f"Fig. 4: every H < N stalls far from L⋆ (\"the loss stopped descending even when it is far from the "
+        Check("Fig. 4: every H < N stalls far from L⋆ (\"the loss stopped descending even when it is far from the "
               "minimal value\", §4): at its floor", f"(Δ(T) − floor)/(Δ(0) − floor) ≤ {cfg.fig4_stalled:g}",
               f"H = {H[stall].tolist()}: {fmt(to_floor[stall], 2)} (Δ(T)/Δ(0) {fmt(ratio[stall], 2)}, floor "
               f"{fmt(floor[stall], 2)})", f"after {cfg.fig4_steps} steps", bool(np.all(to_floor[stall] <= cfg.fig4_stalled))),
