@@ -313,7 +313,36 @@ def main(argv=None) -> int:
                     return 2
             if getattr(args, "cpu_threads", None):
                 size_cpu_thread_pool(args.cpu_threads)
-            return args.func(args)
+            return _known_errors_as_messages(args.func, args)
+
+
+def _known_errors_as_messages(func, args) -> int:
+    """``func(args)``, with the errors the library raises for a known cause printed as one message (what, where, what
+    to do) instead of a traceback: bad input (a checkpoint or chunk of other settings, a sweep that cannot fit, a
+    setting) exits 2; a --jobs process that died and a full disk exit 1, saying what was kept."""
+    import errno
+
+    from .dynamics.train import CheckpointError
+    from .experiments import JobFailed
+    from .experiments.settings import SettingsError
+    from .sweep import SweepConfigError
+    from .sweep_config import ConfigError
+
+    try:
+        return func(args)
+    except (CheckpointError, SweepConfigError, SettingsError, ConfigError) as e:
+        print(f"jaxicl: {e}", file=sys.stderr)
+        return 2
+    except JobFailed as e:
+        print(f"jaxicl: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"jaxicl: no space left on the disk writing {e.filename or 'a result'}: free some space and run the same "
+              "command again (finished papers, checkpoints and sweep chunks are kept; partly written files are not: "
+              "every result is written to a temporary file first)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

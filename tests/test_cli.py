@@ -658,3 +658,29 @@ E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / 'o
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not list(tmp_path.glob("jaxicl-results-*"))
+
+
+@pytest.mark.parametrize("error, status, says", [
+    ("checkpoint", 2, "was written by other settings"),
+    ("disk", 1, "no space left on the disk writing /out/fig.png"),
+    ("child", 1, "killed by SIGKILL"),
+])
+def test_known_errors_reach_the_user_as_one_message(error, status, says, tmp_path, monkeypatch, capsys):
+    """The library's errors of a known cause leave the command as one line on stderr and an exit status, never a
+    traceback: a checkpoint of other settings (2), a full disk (1), a --jobs process killed (1)."""
+    import errno
+
+    from jaxicl import experiments as E
+    from jaxicl.dynamics.train import CheckpointError
+
+    def fail(*args, **kwargs):
+        if error == "checkpoint":
+            raise CheckpointError("checkpoint x.ckpt was written by other settings (steps): remove it or use another --out")
+        if error == "disk":
+            raise OSError(errno.ENOSPC, "No space left on device", "/out/fig.png")
+        raise E.JobFailed("the gatmiry2024 reproduction's process killed by SIGKILL before it finished")
+
+    monkeypatch.setattr(E, "reproduce", fail)
+    assert cli.main(["reproduce", "gatmiry2024", "--out", str(tmp_path), "--no-cache"]) == status
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err

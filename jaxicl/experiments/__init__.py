@@ -31,6 +31,10 @@ REPRODUCTIONS = {
 }
 
 
+class JobFailed(RuntimeError):
+    """A process of a ``--jobs`` run ended without its result (a crash, a kill, a second deadlock)."""
+
+
 def available() -> list[str]:
     return list(REPRODUCTIONS)
 
@@ -233,8 +237,9 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     `jaxicl.runtime.watchdog.STALL_SECONDS` has deadlocked (`run_watched`): its Python stacks are printed and it is
     started once more. With ``record_times``, a whole quick run records each job's wall time for the next run's order
     (`record_seconds`). A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError``
-    naming the paper (and part) once the others have finished."""
+    naming the paper (and part) once the others have finished (`JobFailed`)."""
     import pickle
+    import signal
     import tempfile
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -266,10 +271,13 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                     if attempt == 1:
                         print(f"[jaxicl] {label}: starting it again", flush=True)
             if rc is None:
-                raise RuntimeError(f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
+                raise JobFailed(f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
                                    "deadlock, see benchmarks/README.md); its Python stacks are printed above")
             if not result_file.exists():
-                raise RuntimeError(f"the {label} reproduction's process exited with status {rc} before it finished")
+                why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
+                raise JobFailed(f"the {label} reproduction's process {why} before it finished (its output is above); "
+                                "the other papers finished and are in the report, its training checkpoints are kept: "
+                                "the same command resumes")
             with open(result_file, "rb") as f:
                 (res,) = pickle.load(f)
             with lock:
@@ -296,4 +304,4 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     return [results[n] for n in names if n in modules]
 
 
-__all__ = ["Check", "PaperResult", "PartResult", "REPRODUCTIONS", "available", "reproduce", "reproduce_part"]
+__all__ = ["Check", "JobFailed", "PaperResult", "PartResult", "REPRODUCTIONS", "available", "reproduce", "reproduce_part"]
