@@ -63,11 +63,24 @@ def test_a_stage_sweep_resumes_point_by_point_and_recomputes_changed_settings(tm
     ({"d": []}, "non-empty list"),
     ({"d": [2, -1]}, "d"),
     ({}, "needs a grid"),
+    ({"eps": [1e-6, 1e-6]}, r"1e-06 appear more than once"),  # computed, then unstacking failed on the duplicates
+    ({"d": [2, 2.0]}, "appear more than once"),
+    ({"d": list(range(2, 402)), "n": list(range(2, 402)), "seed": list(range(400))},
+     r"64,000,000 points \(400 × 400 × 400\)"),
 ])
 def test_a_bad_grid_is_refused_before_any_work(grid, match, tmp_path):
+    """Each axis is checked, and the number of points counted from the axes' lengths, before one point is built: a
+    grid of 64 million points is refused at once (it built about 15,000 settings a second before its first check)."""
     with pytest.raises(SettingsError, match=match):
         stage_sweep.sweep_stage("gatmiry2024:thm6_thm7", grid, out=tmp_path)
     assert not (tmp_path / "points").exists() or not list((tmp_path / "points").iterdir())
+
+
+def test_a_vmapped_stage_sweep_counts_its_grid_before_building_it(tmp_path):
+    """`lsa:flow` sweeps its grid as one program: a grid past its limit is refused from the axes' lengths alone."""
+    axes = {k: list(range(1, 402)) for k in ("kappa", "n_context")} | {"seed": list(range(400))}
+    with pytest.raises(SettingsError, match="more than the 1,000,000 this stage sweep runs"):
+        stage_sweep.sweep_stage("lsa:flow", axes, out=tmp_path)
 
 
 def test_stage_sweep_command_line(tmp_path, capsys):

@@ -71,8 +71,17 @@ def _stage(stage: str):
     return paper, module, table[name]
 
 
-def _points(base, grid: dict[str, list]) -> list[tuple[dict, object]]:
-    """Every grid point as (setting -> value, its Config), all validated before any work."""
+# Points a stage sweep runs one after another at most (each a whole stage): a grid with more is refused before any
+# point is built; a stage that sweeps its grid itself, as one vmapped program, takes `MAX_VMAPPED_POINTS`
+MAX_POINTS = 10_000
+MAX_VMAPPED_POINTS = 1_000_000
+
+
+def _checked_axes(base, grid: dict[str, list], limit: int) -> dict[str, list]:
+    """The grid's axes, checked before any point is built: each a non-empty list of a scalar setting's values, at
+    most ``limit`` points in all (counted from the axes' lengths), each value valid alone (validated as ``--set`` does,
+    once per value) and distinct once validated (``2`` and ``2.0`` are one κ). Returns the values as the Config holds
+    them."""
     if not grid:
         raise settings.SettingsError("a stage sweep needs a grid: --grid SETTING=[v1, v2, ...].")
     fields = settings.flat(base)
@@ -83,6 +92,24 @@ def _points(base, grid: dict[str, list]) -> list[tuple[dict, object]]:
                 "over scalar settings.")
         if not isinstance(values, (list, tuple)) or not values:
             raise settings.SettingsError(f"grid {key}: give a non-empty list of values, e.g. {key}=[1, 2].")
+    n = int(np.prod([len(v) for v in grid.values()], dtype=object))
+    if n > limit:
+        shape = " × ".join(str(len(v)) for v in grid.values())
+        raise settings.SettingsError(f"the grid has {n:,} points ({shape}), more than the {limit:,} this stage sweep "
+                                     "runs: sweep fewer values, or split the grid over several runs.")
+    axes = {key: [settings.flat(settings.apply(base, {key: value}))[key] for value in values]
+            for key, values in grid.items()}
+    for key, values in axes.items():
+        repeated = sorted({repr(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise settings.SettingsError(f"grid {key}: the value(s) {', '.join(repeated)} appear more than once; each "
+                                         "point of a grid is computed once.")
+    return axes
+
+
+def _points(base, grid: dict[str, list], limit: int = MAX_POINTS) -> list[tuple[dict, object]]:
+    """Every grid point as (setting -> value, its Config), all validated before any work (`_checked_axes` first)."""
+    _checked_axes(base, grid, limit)
     keys = list(grid)
     points = []
     for combo in itertools.product(*(grid[k] for k in keys)):
@@ -127,17 +154,17 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
     if size not in module.SIZES:
         raise settings.SettingsError(f"size must be one of {sorted(module.SIZES)}, got {size!r}.")
     base = settings.apply(module.SIZES[size], overrides or {})
-    points = _points(base, grid)
     attrs = dict(stage=stage, size=size, grid=json.dumps({k: list(v) for k, v in grid.items()}),
                  settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}))
     if set(grid) <= set(getattr(fn, "grid_axes", ())):  # the stage sweeps these itself, as one program
-        whole = {k: list(dict.fromkeys(getattr(cfg, k) for _, cfg in points)) for k in grid}  # validated values
+        whole = _checked_axes(base, grid, MAX_VMAPPED_POINTS)  # validated values, no point built
         with jax.enable_x64(getattr(module, "STAGE_X64", True)):
             ds = fn(base, grid=whole, out=out, progress=progress)
         ds = ds.assign_attrs(attrs)
         if out is not None:
             save_dataset(ds, Path(out) / "sweep.nc")
         return ds
+    points = _points(base, grid)
     folder = None if out is None else Path(out) / "points"
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
