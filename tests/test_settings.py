@@ -227,3 +227,24 @@ def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeyp
         for claim, part in (("Figs. 2 (regression) and 3", "regression"), ("Fig. 2 (ar)", "ar"), ("Fig. 2 (cot)", "cot"))]
     assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.png")) == ["fig5_newton_gd.png"]
     assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.nc")) == ["fig5.nc"]
+
+
+@pytest.mark.parametrize("paper, overrides, match", [
+    ("gatmiry2024", {"eps": 1.0}, r"eps = 1 is outside \(0, 1\)"),
+    ("gatmiry2024", {"eps": 0.0}, r"eps = 0 is outside \(0, 1\)"),
+    ("gatmiry2024", {"thm3_eps": 0.0}, "thm3_eps = 0 is outside"),
+    ("gatmiry2024", {"steps": 5}, "below curve_windows"),
+    ("gatmiry2024", {"depths": [1, 2]}, "fg_depths reach 4"),
+    ("gatmiry2024", {"steps": 10**12}, "must be <= 2147483647"),
+    ("yang2024", {"record_every": 1000}, "is not a multiple of record_every"),
+    ("algoformer", {"ar_q": 20}, "ar_N = 16 is below ar_q"),
+    ("algoformer", {"compute_dtype": "banana"}, "must be one of bfloat16, float32"),
+    ("zhang2023", {"gpt2.compute_dtype": "int8"}, "must be one of bfloat16, float32"),
+])
+def test_settings_outside_a_papers_domain_are_refused_before_any_work(paper, overrides, match):
+    """Settings that passed the check and then broke the run (a ZeroDivisionError after 21 s, an OverflowError, a
+    KeyError, a NaN curve, two asserted rows failing at ε = 1) are refused when the settings are made."""
+    from jaxicl.experiments import _modules
+
+    with pytest.raises(SettingsError, match=match):
+        settings.apply(_modules([paper])[paper].SIZES["quick"], overrides)

@@ -106,6 +106,9 @@ class Config(Sized):
             out.append(f"eval_loops = {self.eval_loops} is below a trained T of fig3_loops: Fig. 3 evaluates past T")
         if self.d_model % self.n_heads:
             out.append(f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}")
+        if self.ar_N < self.ar_q + 2:
+            out.append(f"ar_N = {self.ar_N} is below ar_q + 2 = {self.ar_q + 2}: an AR(q) prompt holds q starting steps "
+                       "and at least two to predict")
         unknown = [p for p in self.parts if p not in PARTS]
         if unknown or not self.parts or len(set(self.parts)) != len(self.parts):
             out.append(f"parts {list(self.parts)}: each at most once, of {list(PARTS)}")

@@ -55,6 +55,11 @@ class Sized(Consistent):
         return sys.modules[cls.__module__].SIZES["full"]
 
 
+# text settings with a fixed set of values
+CHOICES = {"compute_dtype": ("bfloat16", "float32")}
+# integers are at most this (steps and sizes live in int32 arrays)
+MAX_INT = 2**31 - 1
+
 # integer settings that may be 0 (a seed; a curriculum's interval, 0 for none; the AlgoFormer's Fig. 5 steps, 0 for its
 # `steps`); every other integer is >= 1
 ZERO_ALLOWED = ("seed", "curriculum_every", "fig5_steps", "fig5_curriculum_every")
@@ -156,7 +161,8 @@ def _entry(key: str, value, like):
         return value
     try:  # numbers: the library's own checks (integrality, finiteness, bounds), their errors naming the key
         if isinstance(like, int):
-            return _validate.integer(key, value, low=0 if key.split(".")[-1].split("[")[0] in ZERO_ALLOWED else 1)
+            return _validate.integer(key, value, low=0 if key.split(".")[-1].split("[")[0] in ZERO_ALLOWED else 1,
+                                     high=MAX_INT)
         if isinstance(like, float):
             kappa = "kappa" in key.lower()
             return float(_validate.real(key, value, ge=1.0 if kappa else 0.0,
@@ -166,6 +172,9 @@ def _entry(key: str, value, like):
     if isinstance(like, str) or like is None:
         if not isinstance(value, str):
             raise SettingsError(f"{key} must be text, got {value!r}.")
+        choices = CHOICES.get(key.split(".")[-1])
+        if choices is not None and value not in choices:
+            raise SettingsError(f"{key} must be one of {', '.join(choices)}, got {value!r}.")
         return value
     raise SettingsError(f"{key} cannot be set from the command line.")
 

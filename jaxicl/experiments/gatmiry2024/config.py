@@ -45,8 +45,17 @@ class Config(Sized):
 
     def contradictions(self) -> list[str]:
         wide = [w for w in self.fig2_windows if w >= 1]
-        return [f"fig2_windows {wide} reach s ≤ 0: the training scales start at 1 (§5: [1, 8]), so every window "
-                "w must be below 1"] if wide else []
+        out = [f"fig2_windows {wide} reach s ≤ 0: the training scales start at 1 (§5: [1, 8]), so every window "
+               "w must be below 1"] if wide else []
+        out += [f"{k} = {getattr(self, k):g} is outside (0, 1): it is a relative error the theorems take below 1"
+                for k in ("eps", "thm3_eps") if not 0 < getattr(self, k) < 1]
+        if self.steps < self.curve_windows:
+            out.append(f"steps = {self.steps} is below curve_windows = {self.curve_windows}: each window of the "
+                       "training curve averages one step or more")
+        if max(self.fg_depths) > max(self.depths):
+            out.append(f"fg_depths reach {max(self.fg_depths)}, past the largest of depths ({max(self.depths)}): the "
+                       "fixed-Gram models are compared with Fig. 1's optimum at their depth")
+        return out
 
 
 # What each setting means (`jaxicl config gatmiry2024` prints them next to the values)

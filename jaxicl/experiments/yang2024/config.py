@@ -91,9 +91,16 @@ class Config(Sized):
     seed: int = 0
 
     def contradictions(self) -> list[str]:
-        """A prompt shows N of the K tokens (§2: N < K), at every size the reproduction uses."""
+        """A prompt shows N of the K tokens (§2: N < K), at every size the reproduction uses; the recorded curves
+        sample every run at whole intervals."""
         out = [f"{a} = {n} is not below {b} = {k}: a prompt shows N of the K tokens"
                for a, n, b, k in (("N", self.N, "K", self.K), ("th_N", self.th_N, "th_K", self.th_K)) if n >= k]
+        out += [f"{k} = {getattr(self, k)} is not a multiple of record_every = {self.record_every}: the curves record "
+                "one point every record_every steps" for k in ("steps", "fig4_steps") if getattr(self, k) % self.record_every]
+        out += [f"{k} = {getattr(self, k)} is not a multiple of 100: the theorem checks record 100 points of each run"
+                for k in ("th_steps", "th_paper_steps") if getattr(self, k) % 100]
+        if not 0 < self.eps:
+            out.append(f"eps = {self.eps:g}: Thm 2's ε must be positive")
         for key in ("fig3_Ns", "fig3_mc_Ns"):
             big = [n for n in getattr(self, key) if n >= self.K]
             if big:
