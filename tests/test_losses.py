@@ -132,3 +132,32 @@ def test_population_loss_is_vmappable_over_covariance_and_differentiable_in_it()
     eps = 1e-6
     e = jnp.zeros((2, 2)).at[1, 1].set(eps)
     assert jnp.allclose(g[1, 1], (f(lams[0] + e) - f(lams[0] - e)) / (2 * eps), rtol=1e-6)
+
+
+def test_mc_loss_memory_does_not_grow_with_the_batch():
+    """Chunk i's prompts come from fold_in(key, i) inside the scan: the traced program for 10^12 prompts (1.2e8
+    chunks) holds no array larger than a chunk (the keys of every chunk, split up front, took 10^15 prompts to
+    RESOURCE_EXHAUSTED); a batch past 2^31 − 1 chunks is refused with the way out; a partial last chunk counts only its
+    own prompts."""
+    task = icl.tasks.LinearRegression(2, 4)
+    model = icl.models.LinearSelfAttention.random_init(2, 0.3, jax.random.PRNGKey(0))
+    jaxpr = jax.make_jaxpr(lambda k: icl.mc_loss(model, task, key=k, batch=10**12))(jax.random.PRNGKey(1))
+
+    def sizes(jp):
+        for eqn in jp.eqns:
+            for v in eqn.outvars:
+                yield int(getattr(v.aval, "size", 1))
+            for sub in jax.core.subjaxprs(eqn) if hasattr(jax.core, "subjaxprs") else ():
+                yield from sizes(sub)
+
+    assert max(sizes(jaxpr.jaxpr)) <= 8192 * 4 * 3  # one chunk of prompts (4 examples of 2 + 1 dims)
+    with pytest.raises(ValueError, match="raise chunk_size, or average several estimates"):
+        icl.mc_loss(model, task, key=jax.random.PRNGKey(1), batch=10**15)
+    key = jax.random.PRNGKey(2)
+
+    def errors(i):  # chunk i's half squared errors, drawn as mc_loss draws them
+        p = task.sample(jax.random.fold_in(key, i), 4)
+        return 0.5 * (jax.vmap(model.predict)(p) - p.y_query) ** 2
+
+    expected = (errors(0).sum() + errors(1).sum() + errors(2)[:2].sum()) / 10  # 4 + 4 + 2 prompts
+    assert float(icl.mc_loss(model, task, key=key, batch=10, chunk_size=4)) == pytest.approx(float(expected), rel=1e-12)

@@ -92,12 +92,17 @@ def mc_loss(
     A model may define ``predict_batch(prompts)`` (else ``vmap(predict)`` is used); when a prompt has
     several targets (Yang et al.: all K labels) the per-prompt error is their mean, ½(1/K)Σ_k(ŷ_k − y_k)².
 
-    Prompts are drawn ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded for
-    any ``batch``. With ``return_stderr=True`` returns ``(mean, standard_error)``.
+    Prompts are drawn ``chunk_size`` at a time inside a ``lax.scan``, chunk i from ``fold_in(key, i)``, so memory
+    stays bounded for any ``batch`` (at most 2³¹ − 1 chunks). With ``return_stderr=True`` returns
+    ``(mean, standard_error)``.
     """
     batch = _validate.integer("mc_loss: batch", batch)
     chunk = min(_validate.integer("mc_loss: chunk_size", chunk_size), batch)
     n_chunks = math.ceil(batch / chunk)
+    if n_chunks > 2**31 - 1:
+        raise ValueError(f"mc_loss: batch = {batch:,} is {n_chunks:,} chunks of chunk_size = {chunk:,}, more than "
+                         "2^31 − 1: raise chunk_size, or average several estimates.")
+    last = batch - (n_chunks - 1) * chunk  # prompts of the last chunk
 
     predict = getattr(model, "predict_batch", None) or jax.vmap(model.predict)
 
@@ -106,17 +111,15 @@ def mc_loss(
         err = (predict(prompts) - prompts.y_query) ** 2
         return 0.5 * err.reshape(chunk, -1).mean(axis=1)  # several targets per prompt: their mean
 
-    def body(carry, inp):
-        k, i = inp
-        e = half_sq_errors(k)
-        valid = (i * chunk + jnp.arange(chunk)) < batch
-        e = jnp.where(valid, e, 0.0)
-        s, s2 = carry
-        return (s + e.sum(), s2 + (e**2).sum()), None
+    def body(carry, _):
+        s, s2, i = carry
+        e = half_sq_errors(jax.random.fold_in(key, i))
+        e = jnp.where((i < n_chunks - 1) | (jnp.arange(chunk) < last), e, 0.0)
+        return (s + e.sum(), s2 + (e**2).sum(), i + 1), None
 
-    keys = jax.random.split(key, n_chunks)
     dtype = jnp.result_type(float)
-    (s, s2), _ = jax.lax.scan(body, (jnp.zeros((), dtype), jnp.zeros((), dtype)), (keys, jnp.arange(n_chunks)))
+    (s, s2, _), _ = jax.lax.scan(body, (jnp.zeros((), dtype), jnp.zeros((), dtype), jnp.zeros((), jnp.int32)), None,
+                                 length=n_chunks)
     mean = s / batch
     if not return_stderr:
         return mean
