@@ -219,3 +219,14 @@ def test_lbfgs_with_ftol_stops_once_converged_and_holds_each_vmapped_member_wher
             alone = fit(A, ftol=1e-14)
             np.testing.assert_array_equal(batched.params[i], alone.params)
             np.testing.assert_array_equal(batched.losses[i], alone.losses)
+
+
+def test_gradient_flow_refuses_a_half_precision_model_with_the_way_out():
+    """A float16 model reported "loss is nan at t = 0" where its loss was 1.235: half precision is refused, by name."""
+    import jax.numpy as jnp
+
+    task = icl.tasks.LinearRegression(2, 4)
+    model = icl.dynamics.cast_floating(icl.models.LinearSelfAttention.random_init(2, 0.3, jax.random.PRNGKey(0)),
+                                       jnp.float16)
+    with pytest.raises(TypeError, match="float16 parameters; an adaptive ODE solve needs float32 or float64"):
+        icl.gradient_flow(lambda m: icl.population_loss(m, task), model, t1=10.0)

@@ -176,6 +176,11 @@ def gradient_flow(
         raise ValueError(f"dt0 must be positive (the flow runs forward from t = 0), got {dt0}.")
     ts = jnp.asarray(ts)
     dtype = jax.tree_util.tree_leaves(dynamic)[0].dtype
+    low = sorted({str(x.dtype) for x in jax.tree_util.tree_leaves(dynamic) if jnp.finfo(x.dtype).bits < 32})
+    if low:
+        raise TypeError(f"gradient_flow: the model has {', '.join(low)} parameters; an adaptive ODE solve needs float32 "
+                        "or float64 (its error estimates and step-size control underflow in half precision): cast the "
+                        "model, e.g. jaxicl.dynamics.cast_floating(model, jnp.float32).")
     ts = ts.astype(dtype)
 
     # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
