@@ -469,6 +469,8 @@ def test_an_ensemble_trains_each_member_as_its_own_run_in_float32(tmp_path):
         other = models.StandardTransformer(keys[0], 2, 1, n_layers=1, n_heads=2, d_model=16, max_len=10)
         with pytest.raises(ValueError, match="model 1 differs"):
             stack_members([singles[0], other])
+        with pytest.raises(ValueError, match="if it is a stack of models .stack_members., pass ensemble=True"):
+            train(_loss, stack_members(singles), 10, KEY, chunk_size=10, progress=False)  # ensemble=True forgotten
 
 
 def test_curriculum_schedule():

@@ -330,6 +330,12 @@ def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.Gradient
     return int(min(max_members, budget // one)), one
 
 
+def _looks_stacked(params: PyTree) -> bool:
+    """Whether every floating-point leaf has a leading axis of one size > 1, as `stack_members` makes them."""
+    sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree_util.tree_leaves(params)}
+    return len(sizes) == 1 and None not in sizes and sizes.pop() > 1
+
+
 def _ensemble_size(params: PyTree, static: PyTree, key, member_data: PyTree = None) -> int:
     """Members of an ensemble ``train``: the common leading axis of the trainable leaves and of ``key``."""
     sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree_util.tree_leaves(params)}
@@ -501,7 +507,14 @@ def train(
         # ≥ 1 chunk per call under a deadline
         n = min(chunk_size, n_steps - step)
         lap = StageTimer()
-        (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(step, n))
+        try:
+            (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(step, n))
+        except (ValueError, TypeError) as e:
+            if first and not ensemble and _looks_stacked(params):
+                raise ValueError(f"train: the loss failed on the model ({e}). Every floating-point leaf of the model has "
+                                 "one leading axis of the same size: if it is a stack of models (stack_members), pass "
+                                 "ensemble=True with one key per member.") from e
+            raise
         chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
         chunk = lap.lap("chunk")
         seconds = chunk.wall
