@@ -24,10 +24,10 @@ def test_unknown_name_is_an_error(capsys):
 # paper -> (the number of asserted checks at quick size, a data file, variables or dimensions it must hold)
 PAPERS = {
     "zhang2023": (23, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
-    "ahn2023": (19, "depth.nc", lambda ds: set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}),
-    "gatmiry2024": (21, "fig1_gaussian_x.nc", lambda ds: set(ds.dims) >= {"kappa", "depth", "looped", "seed"}),
-    "yang2024": (27, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
-    "algoformer": (8, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
+    "ahn2023": (22, "depth.nc", lambda ds: set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}),
+    "gatmiry2024": (24, "fig1_gaussian_x.nc", lambda ds: set(ds.dims) >= {"kappa", "depth", "looped", "seed"}),
+    "yang2024": (30, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
+    "algoformer": (10, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
 }
 
 

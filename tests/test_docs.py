@@ -52,6 +52,11 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     for page in ("getting-started", "guides/gatmiry", "guides/sweeps", "guides/gpu", "guides/extending", "command-line",
                  "api/theory", "api/runtime"):
         assert (site / page / "index.html").stat().st_size > 5000, page
+    # equations: arithmatex spans, typeset by MathJax served from the site itself (no network)
+    assert (site / "assets" / "mathjax" / "tex-svg.js").stat().st_size > 1_000_000
+    losses = (site / "exact-losses" / "index.html").read_text()
+    assert 'class="arithmatex"' in losses and "assets/mathjax/tex-svg.js" in losses and "http" not in "".join(
+        line for line in losses.splitlines() if "<script" in line and "mathjax" in line.lower())
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with their stored outputs, figures too
         html = (site / "notebooks" / notebook.stem / "index.html").read_text()
         assert "image/png" in html or "<img" in html, notebook.stem
