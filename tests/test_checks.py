@@ -342,7 +342,7 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     assert_verdict(G._fig1_checks(one_bad, cfg), "every trained model learned", "FAIL")
     # one κ, one depth: the trends have no premise (an empty comparison would pass whatever the numbers)
     one = fig1(untrained=True).isel(kappa=[0], depth=[0])
-    few = G._fig1_checks(one, dataclasses.replace(full, kappas=(2.0,), depths=(1,)))
+    few = G._fig1_checks(one, dataclasses.replace(full, kappas=(2.0,), depths=(1,), fg_depths=(1,)))
     for part in ("depth helps", "more task diversity"):
         assert_verdict(few, part, "not applicable")
     # depths and κ in any order: the smallest L and the κ order are read from the settings

@@ -241,7 +241,8 @@ def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded
     from jaxicl.experiments import yang2024 as Yx
 
     cfg = dataclasses.replace(Yx.SIZES["quick"], d=D, K=K, N=N, m=M, fig4_heads=(1, 3, 9), fig4_steps=10,
-                              record_every=1, eta_Q=1.0, eta_w=1.0, transformer=None, fig3_Ns=(N,), fig3_mc_Ns=(N,))
+                              record_every=1, eta_Q=1.0, fig4_eta_Q=1.0, eta_w=1.0, transformer=None, fig3_Ns=(N,),
+                              fig3_mc_Ns=(N,))
     assert Yx.fig4_widths(cfg.fig4_heads, 9) == {1: 1, 3: 4, 9: 9}
     key = jax.random.PRNGKey(3)
     with jax.enable_x64(True):
@@ -252,6 +253,6 @@ def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded
         excess = Yx._excess_fn(Yx._cast(task64, jnp.float32), A)
         for h in cfg.fig4_heads:
             m0 = MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 0), h, D, K, cfg.beta, max_heads=9, dtype=jnp.float32)
-            _, curve = icl.gradient_descent(excess, m0, m0.step_sizes(cfg.eta_Q, cfg.eta_w), cfg.fig4_steps,
+            _, curve = icl.gradient_descent(excess, m0, m0.step_sizes(cfg.fig4_eta_Q, cfg.eta_w), cfg.fig4_steps,
                                             record_every=1)
             np.testing.assert_allclose(ds.excess.sel(heads=h).values, np.asarray(curve), rtol=1e-4)
