@@ -75,20 +75,20 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     from jaxicl.experiments import algoformer as A
 
     tiny = dataclasses.replace(A.SIZES["quick"], steps=4, fig5_steps=0, chunk=2, d_model=8, n_heads=2, std_layers=1,
-                               loops=(2, 1), fig3_loops=((2, 1), (1, 0)), fig5_loops=((2, 1), (1, 1)), eval_loops=4,
+                               loops=(2, 1), fig3_loops=((2, 1), (1, 0)), fig5_loops=((2, 1),), eval_loops=4,
                                iterations=20, test_prompts=16, batch=4, fig5_curriculum_every=0)
     monkeypatch.setitem(A.SIZES, "quick", tiny)  # the CLI's default size, at toy size
     # a compilation cache of its own: the resuming call reads back the first call's programs
     request.addfinalizer(compilation_cache.disable)
     sliced = ["reproduce", "algoformer", "--out", str(tmp_path), "--cache-dir", str(tmp_path / "xla")]
-    # --plan first: every training run (each σ ensemble of Fig. 5 as one run of 3 models) measured on two chunks of
+    # --plan first: every training run (Fig. 5's σ ensemble as one run of 3 models) measured on two chunks of
     # 2 steps (the chunk the slices below compile too), the plan printed and in report.md, no checkpoint written
     assert cli.main(sliced + ["--plan", "--budget", "30"]) in (0, 1)  # (toy-size checks may fail)
     report = (tmp_path / "report.md").read_text()
     assert "**Training plan**" in report and "training plan" in capsys.readouterr().out
     rows = [line for line in report.splitlines() if line.startswith("| fig") and " × " in line]
-    assert len(rows) == 12, rows  # Fig. 2: 3 tasks × 3 models; Fig. 3: one setting more; Fig. 5: two ensembles
-    assert sum("| 3 × 4 (4) |" in r for r in rows) == 2 and sum("| 1 × 4 (4) |" in r for r in rows) == 10
+    assert len(rows) == 11, rows  # Fig. 2: 3 tasks × 3 models; Fig. 3: one setting more; Fig. 5: one ensemble
+    assert sum("| 3 × 4 (4) |" in r for r in rows) == 1 and sum("| 1 × 4 (4) |" in r for r in rows) == 10
     assert "With `--budget 30`: about 1 call(s)" in report
     assert not list(tmp_path.rglob("*.ckpt"))
     assert cli.main(sliced + ["--budget", "1e-6"]) == 3
@@ -101,11 +101,11 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert cli.main(sliced + ["--progress"]) in (0, 1)  # to the end (toy-size checks may fail: not meaningful here)
     out = capsys.readouterr().out
     # every model resumed at step 2, announcing the step time its first slice measured, and finished there
-    assert out.count("(measured by the previous slice); 2 steps to go") == 12 and out.count("; 0 steps to go") == 12
+    assert out.count("(measured by the previous slice); 2 steps to go") == 11 and out.count("; 0 steps to go") == 11
     assert "partial" not in (tmp_path / "report.md").read_text()
-    assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 12
+    assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 11
     assert xr.load_dataset(tmp_path / "algoformer" / "fig5.nc", engine="h5netcdf").sizes == {
-        "setting": 2, "sigma": 3, "iteration": 20}
+        "setting": 1, "sigma": 3, "iteration": 20}
     assert xr.load_dataset(tmp_path / "algoformer" / "fig3.nc", engine="h5netcdf").sizes == {"setting": 2, "loops": 4}
 
     # --jobs: each of its PARTS in a process of its own (started through a wrapper that gives them the toy size and
