@@ -106,10 +106,18 @@ def _cmd_reproduce(args) -> int:
 
 def _reproduce_in(args, names, size, overrides, configs, child: bool) -> int:
     """`_cmd_reproduce` once its settings are checked and its --out is this run's."""
+    from .experiments.report import staged_results
+
+    _use_cache(args)
+    # a --jobs child writes its results where its parent stages them (the parent moves them into place)
+    with staged_results(args.out, into=args.results_into) if args.results_into else contextlib.nullcontext():
+        return _reproduce_here(args, names, size, overrides, configs, child)
+
+
+def _reproduce_here(args, names, size, overrides, configs, child: bool) -> int:
     from .experiments import reproduce, runs_in_processes
     from .experiments.report import headline
 
-    _use_cache(args)
     if args.part is not None:  # one part of a paper, in a --jobs run's process: its parent assembles the paper
         return _reproduce_part(args, names, size, overrides)
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
@@ -267,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="settings from a TOML file (as `jaxicl config NAME` prints); "
                                                      "--set wins over it")
     p.add_argument("--result-file", default=None, help=argparse.SUPPRESS)  # a --jobs parent's per-paper process
+    p.add_argument("--results-into", default=None, help=argparse.SUPPRESS)  # ... writes into its parent's staging
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # a --jobs parent's process for part of a paper
     p.add_argument("--cpu-threads", type=int, default=None, help=argparse.SUPPRESS)  # its share of the cores
     _add_cache_options(p)

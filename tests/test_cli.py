@@ -1,6 +1,7 @@
 """`jaxicl list` and `jaxicl reproduce <paper> --quick`: every check passes and the report is written."""
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -180,7 +181,9 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
     assert report.index("## ahn2023") < report.index("## gatmiry2024")
     with pytest.raises(RuntimeError, match="the zhang2023 reproduction's process exited with status 7"):
         E.reproduce(["gatmiry2024", "zhang2023", "ahn2023"], out=tmp_path / "crash", jobs=2)
-    report = (tmp_path / "crash" / "report.md").read_text()  # the papers that finished are kept
+    # the papers that finished are kept apart: an incomplete run replaces no earlier result
+    assert not (tmp_path / "crash" / "report.md").exists()
+    report = (tmp_path / "crash" / "incomplete-run" / "report.md").read_text()
     assert "## gatmiry2024" in report and "## ahn2023" in report and "## zhang2023" not in report
 
 
@@ -692,3 +695,90 @@ def test_known_errors_reach_the_user_as_one_message(error, status, says, tmp_pat
     assert cli.main(["reproduce", "gatmiry2024", "--out", str(tmp_path), "--no-cache"]) == status
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+def _fake_training_paper(monkeypatch):
+    """A reproduction registered as ``fakepaper``: it writes a data file and a figure, then trains a two-parameter
+    model with a checkpoint whose fingerprint holds its ``lr`` (a rerun with another ``lr`` is refused there)."""
+    import dataclasses
+    import types
+
+    import jax
+    import jax.numpy as jnp
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optax
+    import xarray as xr
+
+    import jaxicl.experiments as E
+    from jaxicl.dynamics import train
+    from jaxicl.experiments.report import save_dataset, save_paper_figure
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        lr: float = 0.1
+        steps: int = 4
+
+    def run(size="quick", out=Path("unused"), progress=False, budget=None, config=None):
+        cfg = config or Config()
+        out = Path(out)
+        save_dataset(xr.Dataset({"lr": cfg.lr}), out / "fakepaper" / "data.nc")
+        fig = plt.figure()
+        save_paper_figure(fig, out, "fakepaper", "fig.png")
+        res = train(lambda w, k, s: jnp.sum(w ** 2), jnp.ones(2), cfg.steps, jax.random.key(0),
+                    optimizer=optax.sgd(cfg.lr), chunk_size=2, config={"lr": cfg.lr}, progress=False,
+                    checkpoint=out / "fakepaper" / "checkpoints" / "m.ckpt")
+        assert res.step == cfg.steps
+        return E.PaperResult("fakepaper", "a fake paper", size, [E.Check(f"lr is {cfg.lr}", "-", "-", "exact", True)],
+                             [], [])
+
+    module = types.ModuleType("jaxicl_fakepaper")
+    module.SIZES, module.run = {"quick": Config(), "full": Config()}, run
+    monkeypatch.setitem(sys.modules, "jaxicl_fakepaper", module)
+    monkeypatch.setitem(E.REPRODUCTIONS, "fakepaper", ("jaxicl_fakepaper", "a fake paper"))
+
+
+def test_a_run_refused_half_way_leaves_the_earlier_results_as_they_were(tmp_path, monkeypatch, capsys):
+    """A run's results replace those in --out only once the run is complete: a rerun with other settings, refused by
+    the training checkpoint after it has written a data file and a figure, leaves the earlier report, data and figure
+    byte for byte, and keeps what it wrote apart (out/incomplete-run/); a complete run then replaces them."""
+    import xarray as xr
+
+    _fake_training_paper(monkeypatch)
+    out = tmp_path / "out"
+    args = ["reproduce", "fakepaper", "--out", str(out), "--no-cache"]
+    assert cli.main(args) == 0
+    files = ("report.md", "fakepaper/data.nc", "fakepaper/fig.png")
+    before = {f: (out / f).read_bytes() for f in files}
+    assert b"lr is 0.1" in before["report.md"] and not (out / "incomplete-run").exists()
+    capsys.readouterr()
+
+    assert cli.main(args + ["--set", "lr=0.2"]) == 2
+    err = capsys.readouterr().err
+    assert "written by another configuration" in err and "Traceback" not in err and "incomplete-run" in err
+    assert {f: (out / f).read_bytes() for f in files} == before
+    assert float(xr.load_dataset(out / "incomplete-run" / "fakepaper" / "data.nc")["lr"]) == 0.2
+
+    (out / "fakepaper" / "checkpoints" / "m.ckpt").unlink()  # the user starts that training over
+    assert cli.main(args + ["--set", "lr=0.2"]) == 0
+    assert "lr is 0.2" in (out / "report.md").read_text()
+    assert float(xr.load_dataset(out / "fakepaper" / "data.nc")["lr"]) == 0.2
+    assert not (out / "incomplete-run").exists()
+
+
+def test_a_jobs_child_writes_its_results_where_its_parent_stages_them(tmp_path, monkeypatch):
+    """A --jobs parent's staging folder travels to its children (``--results-into``); a child writes there and moves
+    nothing into place: the parent does, once every paper is done."""
+    import jaxicl.experiments as E
+    from jaxicl.experiments.report import staged_results
+
+    _fake_training_paper(monkeypatch)
+    out = tmp_path / "out"
+    with staged_results(out) as into:
+        cmd = E._child_command("fakepaper", "quick", out, False, None, True, tmp_path / "r.pkl")
+        assert cmd[cmd.index("--results-into") + 1] == str(into)
+        assert cli.main(cmd[cmd.index("reproduce"):] + ["--no-cache"]) == 0
+        assert (into / "fakepaper" / "data.nc").exists() and not (out / "fakepaper" / "data.nc").exists()
+    assert (out / "fakepaper" / "data.nc").exists() and not into.exists()

@@ -144,12 +144,25 @@ def _fingerprint(params, opt_state, config) -> dict:
             "leaves": [[list(np.shape(x)), str(np.asarray(x).dtype)] for x in leaves]}
 
 
+def _key_record(key) -> dict | list:
+    """A PRNG key as JSON: a raw ``uint32`` key as its list; a typed key (``jax.random.key``) as its data and impl."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return {"impl": str(jax.random.key_impl(key)), "data": np.asarray(jax.random.key_data(key)).tolist()}
+    return np.asarray(key).tolist()
+
+
+def _key_from_record(record):
+    if isinstance(record, dict):
+        return jax.random.wrap_key_data(np.asarray(record["data"], dtype=np.uint32), impl=record["impl"])
+    return jnp.asarray(np.asarray(record, dtype=np.uint32))
+
+
 def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fingerprint,
                     seconds_per_step: float | None = None) -> None:
     """One file, written atomically: a JSON header line (step, key, evaluations, the configuration's fingerprint and
     the measured seconds per step), the loss history (``.npy``), then the parameters and optimizer state (Equinox
     serialisation)."""
-    header = {"magic": _MAGIC, "step": int(step), "key": np.asarray(key).tolist(),
+    header = {"magic": _MAGIC, "step": int(step), "key": _key_record(key),
               "evals": evals, "fingerprint": fingerprint, "seconds_per_step": seconds_per_step}
     with atomic_output(path) as tmp, open(tmp, "wb") as f:
         f.write((json.dumps(header) + "\n").encode())
@@ -187,7 +200,7 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
                     diff = "; ".join(f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
                                      for k in keys if theirs["config"].get(k) != fingerprint["config"].get(k))
                 refuse(f"was written by another configuration ({', '.join(what)} differ{': ' + diff if diff else ''})")
-            if key is not None and header["key"] != np.asarray(key).tolist():
+            if key is not None and header["key"] != _key_record(key):
                 refuse("was written by a run with another PRNG key (another seed)")
             losses = np.load(f, allow_pickle=False)
             params, opt_state = eqx.tree_deserialise_leaves(f, (params, opt_state))
@@ -200,7 +213,10 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
     step = header["step"]
     if not isinstance(step, int) or step < 0 or len(losses) != step:
         refuse(f"is inconsistent: step {step!r} with a loss history of {len(losses)} steps")
-    key = jnp.asarray(np.asarray(header["key"], dtype=np.uint32))
+    try:
+        key = _key_from_record(header["key"])
+    except (ValueError, TypeError, KeyError) as e:
+        refuse(f"holds no PRNG key this run can use ({type(e).__name__}: {e})")
     return params, opt_state, step, key, losses, header["evals"]
 
 

@@ -18,7 +18,7 @@ from ..runtime.profiling import Stage, StageTimer, total
 from ..runtime.jobs import (
     AcceleratorOwner, cpu_threads_per_process, longest_first, record_seconds, run_watched, stopping_children_on_signals)
 from . import settings
-from .report import Check, PaperResult, PartResult, headline, render_markdown
+from .report import Check, PaperResult, PartResult, headline, render_markdown, result_path, staged_results
 from .report import recording as report_settings
 
 # name -> (module, one-line description); later issues add their papers here.
@@ -136,6 +136,9 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
               record_times: bool = False) -> list[PaperResult]:
     """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
 
+    ``out``'s earlier results are replaced only once this run's are complete (`report.staged_results`): until then
+    they are written to ``out/incomplete-run/``, which an interrupted or failed run leaves with what it finished.
+
     ``budget_minutes``: wall clock for the whole call; the papers that train transformers share what is left of
     it when each starts (equal shares), and train each model for its share, checkpointed: the same call again
     resumes. Figures from unfinished models are drawn and marked "partial" (``PaperResult.partial``).
@@ -163,38 +166,40 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     out = Path(out)
     modules = _modules(names, transformers)
     configs = effective_settings(modules, size, overrides, transformers)
-    end = None if budget_minutes is None else time.time() + 60 * budget_minutes
-    if runs_in_processes(names, jobs, transformers, configs) and not plan:
-        return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides,
-                                 record_times)
-    results = []
-    for i, (name, module) in enumerate(modules.items()):
-        print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
-        whole = StageTimer()
-        kwargs = {} if transformers or not _trains(module) else {"transformers": False}
-        if end is not None and transformers and _trains(module):
-            training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
-            kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
-        with placement.on("latency"), (dynamics.planning() if plan else contextlib.nullcontext([])) as planned:
-            # (the library's throughput-bound calls move to the accelerator themselves)
-            res = _run_with_settings(module, size, configs[name], lambda **c: module.run(
-                size=size, out=out, progress=progress, **kwargs, **c))
-        if planned:
-            table = plan_markdown(planned, budget_minutes)
-            res.notes.append("**Training plan** (`--plan`: each run measured on a few steps; nothing else trained):\n\n"
-                             + table)
-            print(f"[jaxicl] {name}: training plan\n{table}", flush=True)
-        done = whole.lap(name)
-        if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
-            rest = total(res.stages)
-            res.stages.append(Stage("figures, data files, set-up", max(done.wall - rest.wall, 0.0),
-                                    max(done.compile - rest.compile, 0.0), done.programs - rest.programs,
-                                    done.cache_hits - rest.cache_hits))
-        _print_summary(name, res, done)
-        results.append(res)
-        if write_report:
-            atomic_write_text(out / "report.md", render_markdown(results))  # keep finished papers if interrupted
-    return results
+    with staged_results(out):  # out's results are replaced once this run's are complete
+        end = None if budget_minutes is None else time.time() + 60 * budget_minutes
+        if runs_in_processes(names, jobs, transformers, configs) and not plan:
+            return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides,
+                                     record_times)
+        results = []
+        for i, (name, module) in enumerate(modules.items()):
+            print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
+            whole = StageTimer()
+            kwargs = {} if transformers or not _trains(module) else {"transformers": False}
+            if end is not None and transformers and _trains(module):
+                training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
+                kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
+            with placement.on("latency"), (dynamics.planning() if plan else contextlib.nullcontext([])) as planned:
+                # (the library's throughput-bound calls move to the accelerator themselves)
+                res = _run_with_settings(module, size, configs[name], lambda **c: module.run(
+                    size=size, out=out, progress=progress, **kwargs, **c))
+            if planned:
+                table = plan_markdown(planned, budget_minutes)
+                res.notes.append("**Training plan** (`--plan`: each run measured on a few steps; nothing else trained):\n\n"
+                                 + table)
+                print(f"[jaxicl] {name}: training plan\n{table}", flush=True)
+            done = whole.lap(name)
+            if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
+                rest = total(res.stages)
+                res.stages.append(Stage("figures, data files, set-up", max(done.wall - rest.wall, 0.0),
+                                        max(done.compile - rest.compile, 0.0), done.programs - rest.programs,
+                                        done.cache_hits - rest.cache_hits))
+            _print_summary(name, res, done)
+            results.append(res)
+            if write_report:
+                # the papers finished so far (out/incomplete-run/report.md until the run is complete)
+                atomic_write_text(result_path(out / "report.md"), render_markdown(results))
+        return results
 
 
 def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
@@ -211,6 +216,8 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     cmd = [sys.executable, "-P", "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
            "--result-file", str(result_file)]
     cmd += [] if part is None else ["--part", part]
+    staging = result_path(out)
+    cmd += [] if staging == Path(out) else ["--results-into", str(staging)]  # the parent moves them into place
     cmd += [] if device is None else ["--device", device]
     for key, value in (overrides or {}).items():
         cmd += ["--set", f"{key}={settings.toml_value(value)}"]
@@ -276,8 +283,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             if not result_file.exists():
                 why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
                 raise JobFailed(f"the {label} reproduction's process {why} before it finished (its output is above); "
-                                "the other papers finished and are in the report, its training checkpoints are kept: "
-                                "the same command resumes")
+                                "the other papers' results are in the incomplete run's report, its training checkpoints "
+                                "are kept: the same command resumes")
             with open(result_file, "rb") as f:
                 (res,) = pickle.load(f)
             with lock:
@@ -290,7 +297,8 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                         size, out, parts[name], **c))
                     _print_summary(name, res, total(res.stages), len(parts[name]))
                 results[name] = res
-                atomic_write_text(out / "report.md", render_markdown([results[n] for n in names if n in results]))
+                atomic_write_text(result_path(out / "report.md"),
+                                  render_markdown([results[n] for n in names if n in results]))
 
         # a SIGTERM or SIGINT stops every child before this process ends, and the folder above is removed
         with stopping_children_on_signals(), ThreadPoolExecutor(max_workers=jobs) as pool:

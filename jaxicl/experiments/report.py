@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 from statistics import NormalDist
 
@@ -288,19 +291,76 @@ def recording(settings: dict):
         _SETTINGS.pop()
 
 
+# the folder of an output directory where a run's results wait until the run is complete (`staged_results`)
+INCOMPLETE = "incomplete-run"
+_STAGED: list[tuple[Path, Path]] = []  # (output directory, its run's staging folder), innermost last
+
+
+@contextlib.contextmanager
+def staged_results(out, into=None):
+    """Within the block, every result written under ``out`` (`save_dataset`, `save_figure`, the report through
+    `result_path`) goes to ``out/incomplete-run/`` instead, and replaces ``out``'s files only when the block ends
+    without an error: ``out`` holds the results of one complete run, never a mix of two (a run refused half-way, e.g.
+    by a checkpoint of other settings, an interrupt or a failed process, leaves every earlier result as it was).
+    Training checkpoints are not results: they are written in place, so that the same command resumes.
+
+    A run that does not complete leaves what it finished in ``out/incomplete-run/`` (its report included), and says
+    so; the next run on ``out`` (which holds ``out``'s lock, `jaxicl._io.exclusive_output`) starts that folder anew.
+    ``into``: the staging folder of a run already under way (a ``--jobs`` child writes into its parent's, and the
+    parent moves the results into place); nothing is moved at the end. Nested blocks on the same ``out`` are one."""
+    out = Path(out).resolve()
+    if _STAGED and _STAGED[-1][0] == out:
+        yield _STAGED[-1][1]
+        return
+    own = into is None
+    into = Path(out / INCOMPLETE if own else into).resolve()
+    if own and into.exists():
+        shutil.rmtree(into)
+    _STAGED.append((out, into))
+    try:
+        yield into
+    except BaseException:
+        if own and into.exists() and any(p.is_file() for p in into.rglob("*")):
+            print(f"[jaxicl] the run did not complete: the results in {out} are those of the last complete run; what "
+                  f"this one finished is in {into} (training checkpoints are kept: the same command resumes)",
+                  file=sys.stderr, flush=True)
+        raise
+    else:
+        if own and into.exists():
+            for staged in sorted(p for p in into.rglob("*") if p.is_file()):
+                final = out / staged.relative_to(into)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, final)
+            shutil.rmtree(into)
+    finally:
+        _STAGED.pop()
+
+
+def result_path(path) -> Path:
+    """Where a result meant for ``path`` is written now: in the staging folder of the run under way when ``path`` is
+    in its output directory (`staged_results`), else ``path`` itself."""
+    path = Path(path)
+    if _STAGED:
+        out, into = _STAGED[-1]
+        full = path.resolve()
+        if full.is_relative_to(out) and not full.is_relative_to(into):
+            return into / full.relative_to(out)
+    return path
+
+
 def save_dataset(ds, path: Path) -> None:
     """Write an ``xarray.Dataset`` as netCDF, atomically, with the effective settings of the reproduction running
-    (`recording`) in its attributes."""
+    (`recording`) in its attributes (in the run's staging folder while it runs: `staged_results`)."""
     if _SETTINGS:
         ds = ds.assign_attrs(jaxicl_settings=_SETTINGS[-1])
-    with atomic_output(path, ".nc") as tmp:
+    with atomic_output(result_path(path), ".nc") as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf")
 
 
 def save_figure(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    with atomic_output(path, ".png") as tmp:
+    with atomic_output(result_path(path), ".png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
