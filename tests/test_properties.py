@@ -142,3 +142,66 @@ def test_public_functions_refuse_invalid_arguments_naming_them(case):
     with pytest.raises((ValueError, TypeError)) as e:
         call(value)
     assert name in str(e.value), (name, value, str(e.value))
+
+
+PAPERS = ("zhang2023", "ahn2023", "gatmiry2024", "yang2024", "algoformer")
+
+
+def _invalid_setting(key: str, like):
+    """Values outside the domain every setting of ``like``'s type has (`jaxicl.experiments.settings`): a boolean
+    given anything else; an integer below its least value, non-integral, non-finite, past 2³¹ − 1 or not a number; a
+    real negative, non-finite or not a number (below 1 for a κ); a list empty, not a list, or with one bad entry; a
+    text setting with a fixed set of values given another."""
+    from jaxicl.experiments.settings import CHOICES, MAX_INT, ZERO_ALLOWED
+
+    name = key.split(".")[-1]
+    if isinstance(like, bool):
+        return st.one_of(st.integers(), st.text(max_size=5), st.lists(st.booleans(), max_size=2))
+    if isinstance(like, int):
+        return st.one_of(invalid_integers(0 if name in ZERO_ALLOWED else 1), st.integers(min_value=MAX_INT + 1))
+    if isinstance(like, float):
+        return invalid_reals(ge=1.0 if "kappa" in name else 0.0)
+    if isinstance(like, tuple):
+        entry = like[0] if like else 0.0
+        bad = _invalid_setting(key, entry)
+        good = st.just(list(entry) if isinstance(entry, tuple) else entry)
+        return st.one_of(st.just([]), bad.filter(lambda v: not isinstance(v, list)),
+                         st.tuples(good, bad).map(list))
+    return st.text(max_size=8).filter(lambda v: v not in CHOICES.get(name, ()))
+
+
+@st.composite
+def paper_settings_with_one_invalid_value(draw):
+    """(paper, key, value): one of a paper's quick settings given a value outside its domain."""
+    from jaxicl.experiments import _modules
+    from jaxicl.experiments.settings import CHOICES, flat
+
+    paper = draw(st.sampled_from(PAPERS))
+    fields = {k: v for k, v in flat(_modules([paper])[paper].SIZES["quick"]).items()
+              if v is not None or k.split(".")[-1] in CHOICES}  # text settings without choices take any text
+    key = draw(st.sampled_from(sorted(fields)))
+    value = draw(_invalid_setting(key, fields[key]))
+    return paper, key, "none" if value is None else value  # TOML has no null
+
+
+@SETTINGS
+@given(case=paper_settings_with_one_invalid_value())
+def test_a_setting_outside_its_papers_domain_is_refused_at_once_naming_it(case, tmp_path_factory, monkeypatch,
+                                                                          capsys):
+    """``jaxicl reproduce PAPER --set KEY=VALUE`` with a value outside the setting's domain exits 2 with one message
+    naming the setting and no traceback, before any work: a reproduction started fails the test (so the refusal takes
+    the settings check's milliseconds, whatever the value)."""
+    import jaxicl.experiments as E
+    from jaxicl import cli
+
+    paper, key, value = case
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"{paper} started with {key} = {value!r}")
+
+    monkeypatch.setattr(E, "reproduce", started)
+    out = tmp_path_factory.mktemp("out")
+    rc = cli.main(["reproduce", paper, "--set", f"{key}={_toml(value)}", "--out", str(out), "--no-cache"])
+    err = capsys.readouterr().err
+    assert rc == 2, (key, value, err)
+    assert key.split("[")[0] in err and "Traceback" not in err and err.count("\n") == 1, err

@@ -240,6 +240,9 @@ def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeyp
     ("algoformer", {"ar_q": 20}, "ar_N = 16 is below ar_q"),
     ("algoformer", {"compute_dtype": "banana"}, "must be one of bfloat16, float32"),
     ("zhang2023", {"gpt2.compute_dtype": "int8"}, "must be one of bfloat16, float32"),
+    ("zhang2023", {"d": 100_000}, r"prompts \(float64\) alone take .* GiB, more than half"),  # was exit 134
+    ("zhang2023", {"gpt2.d_model": 2**20, "gpt2.n_heads": 1}, "Fig. 1's GPT-2: parameters"),
+    ("algoformer", {"batch": 2**30}, "activations kept for the backward pass"),
 ])
 def test_settings_outside_a_papers_domain_are_refused_before_any_work(paper, overrides, match):
     """Settings that passed the check and then broke the run (a ZeroDivisionError after 21 s, an OverflowError, a
@@ -248,3 +251,19 @@ def test_settings_outside_a_papers_domain_are_refused_before_any_work(paper, ove
 
     with pytest.raises(SettingsError, match=match):
         settings.apply(_modules([paper])[paper].SIZES["quick"], overrides)
+
+
+@pytest.mark.parametrize("paper", ["zhang2023", "ahn2023", "gatmiry2024", "yang2024", "algoformer"])
+def test_the_memory_check_passes_the_quick_size_and_grows_with_the_sizes(paper):
+    """The largest arrays of a paper's quick run fit in any machine that runs the test suite (a quarter of a GiB),
+    and its --full run's are larger: the estimate follows the settings it is computed from."""
+    from jaxicl.experiments import _modules
+
+    module = _modules([paper])[paper]
+
+    def largest(cfg):
+        return max(n for c in (cfg, *(getattr(cfg, f.name) for f in dataclasses.fields(cfg)))
+                   if isinstance(c, settings.Consistent) for n in c.largest_arrays().values())
+
+    settings.check_memory(module.SIZES["quick"])
+    assert largest(module.SIZES["quick"]) < 2**28 < largest(module.SIZES["full"])

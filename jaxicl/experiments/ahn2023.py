@@ -64,6 +64,14 @@ class Config(Sized):
     dist_target_thm5: float = 0.25
     seed: int = 0
 
+    def largest_arrays(self) -> dict[str, int]:
+        e = self.d + 1
+        return {"the training prompts through the layers, every seed (float64)":
+                8 * self.seeds * self.train_batch * (self.n + 1) * e * self.n_layers,
+                "the test prompts (float64)": 8 * self.test_batch * (self.n + 1) * e,
+                "the training prompts of one point of the depth/context sweep, through its layers (float64)":
+                8 * self.sweep_train_batch * (max(self.n, *self.contexts) + 1) * e * max(self.n_layers, *self.depths)}
+
     def contradictions(self) -> list[str]:
         out = [] if len(self.scales) == self.d else [
             f"scales has {len(self.scales)} entries but d = {self.d}: they are Σ's spectrum D (Σ = UᵀD²U), one per "

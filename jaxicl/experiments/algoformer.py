@@ -42,7 +42,7 @@ from ..runtime.budget import TimeBudget, next_deadline, plan
 from .report import (
     Check, PaperResult, PartResult, fmt, lap_timer, learned_check, least_complete, mark_partial, paper_claim,
     partial_status, relative_margin, save_dataset, save_paper_figure)
-from .settings import Sized
+from .settings import Sized, transformer_arrays
 
 NAME = "algoformer"
 TRANSFORMERS_ONLY = True  # every figure trains transformers: `jaxicl reproduce --skip-transformers` leaves it out
@@ -91,6 +91,15 @@ class Config(Sized):
     # error after 1,500 steps; with one every 200 steps σ = 1 was still at 0.85-1.0 of it, and at 0.54-0.56 after 2,500
     fig5_steps: int = 0
     fig5_curriculum_every: int = 0
+
+    def largest_arrays(self) -> dict[str, int]:
+        tokens = max(2 * self.N, 2 * self.ar_N, self.cot_N * (self.cot_depth + 1)) + 1
+        loops = max(T for T, *_ in (self.loops, *self.fig3_loops, *self.fig5_loops))
+        return {**transformer_arrays("the looped transformers", self.batch, tokens, self.d_model, 1,
+                                     4 * self.d_model, passes=loops),
+                **transformer_arrays("the standard transformers", self.batch, tokens, self.d_model,
+                                     self.std_layers, 4 * self.d_model),
+                "the test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2}
 
     def contradictions(self) -> list[str]:
         out = []

@@ -41,6 +41,12 @@ class Consistent:
         refused when it is made (``--set``, ``--config``, ``dataclasses.replace``), before any work."""
         return []
 
+    def largest_arrays(self) -> dict[str, int]:
+        """The largest arrays a run with these settings builds, from their shapes: what -> bytes (several arrays of
+        one kind counted together). An estimate of what the run holds at once, from below: `apply` refuses settings
+        whose largest array does not fit in half of this machine's memory, before anything is built."""
+        return {}
+
 
 class Sized(Consistent):
     """Base of a paper's ``Config``: ``Config.quick()`` and ``Config.full()`` are its module's ``SIZES``; change any
@@ -209,7 +215,38 @@ def apply(cfg, overrides: dict[str, Any]):
     top = changes.pop("", {})
     for parent, sub in changes.items():
         top[parent] = dataclasses.replace(getattr(cfg, parent), **sub)
-    return dataclasses.replace(cfg, **top)
+    new = dataclasses.replace(cfg, **top)
+    check_memory(new)
+    return new
+
+
+def transformer_arrays(what: str, batch: int, tokens: int, d_model: int, layers: int, d_ff: int,
+                       passes: int = 1) -> dict[str, int]:
+    """The largest arrays of training a pre-LN transformer (float32): its parameters with their gradient and Adam's
+    two moments, and the activations kept for the backward pass (``passes``: its blocks applied that many times per
+    step, e.g. a looped model's loops; the attention scores left out, which a fused attention does not keep)."""
+    params = layers * (4 * d_model**2 + 2 * d_model * d_ff)
+    acts = passes * layers * batch * tokens * (6 * d_model + 2 * d_ff)
+    return {f"{what}: parameters, gradients and Adam's moments": 4 * 4 * params,
+            f"{what}: activations kept for the backward pass": 4 * acts}
+
+
+def check_memory(cfg) -> None:
+    """A `SettingsError` if one of the largest arrays of ``cfg`` and its nested configs (`Consistent.largest_arrays`)
+    needs more than half of this machine's memory."""
+    from ..sweep import host_memory_bytes
+
+    arrays = {}
+    for c in (cfg, *(getattr(cfg, f.name) for f in dataclasses.fields(cfg))):
+        if isinstance(c, Consistent):
+            arrays.update(c.largest_arrays())
+    limit = host_memory_bytes() // 2
+    too_big = {what: n for what, n in arrays.items() if n > limit}
+    if too_big:
+        what, n = max(too_big.items(), key=lambda kv: kv[1])
+        raise SettingsError(f"these settings need more memory than this machine has: {what} alone take "
+                            f"{n / 2**30:.3g} GiB, more than half of its {2 * limit / 2**30:.3g} GiB. Use smaller "
+                            "sizes (`jaxicl config NAME` shows each setting).")
 
 
 def differences(cfg, reference) -> dict[str, tuple[Any, Any]]:

@@ -43,6 +43,13 @@ class Config(Sized):
     learned_iterations: int = 200
     seed: int = 0
 
+    def largest_arrays(self) -> dict[str, int]:
+        e, models = self.d + 1, len(self.kappas) * self.seeds * len(self.depths)
+        return {"the training prompts of Fig. 1's models, through their layers (float64)":
+                8 * models * self.batch * (self.n + 1) * e * max(self.depths),
+                "the test prompts (float64)": 8 * len(self.kappas) * self.test_batch * (self.n + 1) * e,
+                "Thm 3's instances (float64)": 8 * len(self.thm3_kappas) * self.thm3_instances * self.d**2}
+
     def contradictions(self) -> list[str]:
         wide = [w for w in self.fig2_windows if w >= 1]
         out = [f"fig2_windows {wide} reach s ≤ 0: the training scales start at 1 (§5: [1, 8]), so every window "

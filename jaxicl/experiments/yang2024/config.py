@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..settings import Consistent, Sized
+from ..settings import Consistent, Sized, transformer_arrays
 
 NAME = "yang2024"
 TITLE = "In-context learning with representations: contextual generalization of trained transformers (Yang et al.)"
@@ -35,6 +35,9 @@ class TransformerConfig(Consistent):
     test_prompts: int = 200  # the paper's test sets
     smooth: int = 100  # steps averaged for a "final" training loss (one fresh batch per step)
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
+
+    def largest_arrays(self) -> dict[str, int]:
+        return transformer_arrays("the transformers", self.batch, self.K, self.d_model, self.n_layers, self.d_ff)
 
     def contradictions(self) -> list[str]:
         out = [] if self.N < self.K else [f"transformer.N = {self.N} is not below transformer.K = {self.K}: a prompt "
@@ -89,6 +92,12 @@ class Config(Sized):
     # Figs. 2(b) and 5: a 4-layer transformer (None: skip)
     transformer: TransformerConfig | None = TransformerConfig()
     seed: int = 0
+
+    def largest_arrays(self) -> dict[str, int]:
+        return {"the heads' Q_h of Fig. 4's largest H and their gradients (float64)":
+                8 * 2 * max(self.fig4_heads) * self.d**2,
+                "the Monte-Carlo prompts (float64)": 8 * self.mc_prompts * (self.N + 1) * self.d,
+                "Fig. 3's Monte-Carlo prompts (float64)": 8 * self.fig3_mc * (max(self.fig3_mc_Ns) + 1) * self.d}
 
     def contradictions(self) -> list[str]:
         """A prompt shows N of the K tokens (§2: N < K), at every size the reproduction uses; the recorded curves

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..settings import Consistent, Sized
+from ..settings import Consistent, Sized, transformer_arrays
 
 NAME = "zhang2023"
 TITLE = "Trained Transformers Learn Linear Models In-Context (Zhang, Frei & Bartlett)"
@@ -34,6 +34,12 @@ class GPT2Config(Consistent):
         return [f"gpt2.d_model = {self.d_model} is not divisible by gpt2.n_heads = {self.n_heads}"] \
             if self.d_model % self.n_heads else []
 
+    def largest_arrays(self) -> dict[str, int]:
+        tokens = 2 * max(self.Ns) + 1  # (x, y) pairs and the query
+        return {**transformer_arrays("Fig. 1's GPT-2", self.batch, tokens, self.d_model, self.n_layers,
+                                     4 * self.d_model),
+                "Fig. 1's test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2}
+
 
 @dataclasses.dataclass(frozen=True)
 class Config(Sized):
@@ -52,6 +58,15 @@ class Config(Sized):
     n_random_inits: int = 8
     gpt2: GPT2Config | None = GPT2Config()
     seed: int = 0
+
+    def largest_arrays(self) -> dict[str, int]:
+        e = self.d + 1  # the embedding's rows
+        block = 16384  # Monte-Carlo prompts drawn at a time (`predictions`)
+        return {"the gradient flow's states (W^KQ and W^PV, float64, over the solver's stages)": 8 * 2 * 10 * e**2,
+                "Thm 4.2's Monte-Carlo prompts (float64)":
+                8 * min(self.thm42_batch, block) * (max(self.Ms_thm42) + 1) * self.d,
+                "the distribution shifts' Monte-Carlo prompts (float64)":
+                8 * min(self.shift_batch, block) * (self.shift_M + 1) * self.d}
 
 
 TRANSFORMER_SETTINGS = "gpt2"  # off under --skip-transformers
