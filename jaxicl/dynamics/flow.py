@@ -11,6 +11,7 @@ stop (``stop_when``, ``steady_state_tol``) is not, and differentiating through o
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable
 
 import diffrax
@@ -301,11 +302,18 @@ def _diffrax_save_time_checks_off():
     if original is None:  # another equinox: leave its checks alone (the program is then not cached, still right)
         yield
         return
-    eqxi.error_if = lambda x, pred, msg: x
-    try:
-        yield
-    finally:
-        eqxi.error_if = original
+    # Neither diffrax (0.7) nor equinox offers a switch for these checks: ``EQX_ON_ERROR`` is read once, at import,
+    # for every check of the process, and a jitted ``diffeqsolve`` traces ``ts`` whatever its value. One thread at a
+    # time traces with them off (tests/test_profiling.py shows the program is then read back from the cache).
+    with _DIFFRAX_CHECKS_OFF:
+        eqxi.error_if = lambda x, pred, msg: x
+        try:
+            yield
+        finally:
+            eqxi.error_if = original
+
+
+_DIFFRAX_CHECKS_OFF = threading.Lock()
 
 
 def _not_differentiable(tree, message: str):
