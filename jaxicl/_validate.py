@@ -11,6 +11,11 @@ import jax
 import numpy as np
 
 
+def is_concrete(x) -> bool:
+    """Whether ``x`` has a value now (not a tracer of ``jit``/``vmap``/``grad``): checks on values run only then."""
+    return not isinstance(x, jax.core.Tracer)
+
+
 def integer(name: str, value, low: int | None = 1, high: int | None = None) -> int:
     """``value`` as a Python int: an integer (``int``, a numpy integer, or an integral float such as ``2.0``) with
     ``low <= value <= high``. ``2.7`` is an error, not 2; ``True`` is not an integer here."""

@@ -8,6 +8,7 @@ Assumption 3.3 and returns the final loss next to Zhang et al.'s closed-form min
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -111,8 +112,6 @@ def flow(cfg: Config, grid: dict | None = None, out=None, progress: bool = False
     ½trΛ − ½tr(Λ²Γ⁻¹) per point (``theory_min_loss``); writes ``out/dataset.nc`` and ``out/plot.png``."""
     import tempfile
 
-    from ..sweep_config import run_config
-
     grid = grid or {"kappa": [cfg.kappa]}
     if out is not None:
         return run_config(as_toml_config(cfg, grid, out), progress=progress or None)
@@ -122,3 +121,55 @@ def flow(cfg: Config, grid: dict | None = None, out=None, progress: bool = False
 
 flow.grid_axes = ("kappa", "n_context", "seed")  # swept by the stage itself, as one program
 SWEEPABLE = {"flow": flow}
+
+
+def run_config(cfg: dict, progress: bool | None = None):
+    """Run the sweep of a validated config; writes dataset.nc and plot.png; returns the dataset."""
+    import jax
+
+    from ..sweep import sweep
+    from .report import save_dataset, save_figure
+
+    task, dyn, out = cfg["task"], cfg["dynamics"], Path(cfg["outputs"]["dir"])
+    sigma = None if cfg["model"]["sigma"] == "auto" else cfg["model"]["sigma"]
+    point = LSAFlowPoint(d=task["d"], t1=dyn["t1"], rtol=dyn["rtol"], atol=dyn["atol"], n_save=dyn["n_save"], sigma=sigma)
+    grid = {"kappa": [task["kappa"]], "n_context": [task["n_context"]], "seed": [0]}
+    grid.update(cfg["grid"])
+    order = list(cfg["grid"]) + [k for k in grid if k not in cfg["grid"]]  # the config's axes first
+    grid = {k: grid[k] for k in order}
+
+    def run_fn(kappa, n_context, seed, key):
+        return point(kappa, n_context, key)
+
+    with jax.enable_x64(True):
+        ds = sweep(run_fn, grid, chunk_size=cfg["outputs"]["chunk_size"], out=out / "chunks",
+                   meta={k: cfg[k] for k in ("task", "model", "dynamics")}, output_dims={"loss_curve": ("save",)},
+                   progress=progress)
+    raise_if_any_flow_failed(ds)
+    save_dataset(ds, out / "dataset.nc")
+    save_figure(default_plot(ds), out / "plot.png")
+    return ds
+
+
+def default_plot(ds):
+    """The first output against the first axis; one line per value of the second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name = next(iter(ds.data_vars))
+    var = ds[name]
+    dims = list(ds.sizes)  # grid axes come first
+    first = dims[0]
+    var = var.isel({d: 0 for d in var.dims if d not in (first, dims[1] if len(dims) > 1 else first)})
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    if var.ndim == 2:
+        other = [d for d in var.dims if d != first][0]
+        for v in var[other].values:
+            ax.plot(var[first], var.sel({other: v}), "o-", label=f"{other} = {v}")
+        ax.legend(fontsize=8)
+    else:
+        ax.plot(var[first], var, "o-")
+    ax.set(xlabel=first, ylabel=name, title=f"{name} vs {first}")
+    return fig

@@ -30,7 +30,8 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..models.linear_transformer import LinearTransformer, RestrictedWeights
-from ..tasks.covariance import FixedCovariance, ScaledIdentityCovariance, _is_concrete
+from .._validate import is_concrete
+from ..tasks.covariance import FixedCovariance, ScaledIdentityCovariance
 from ..tasks.linear_regression import FixedGramRegression, LinearRegression
 from .registry import no_closed_form, register_population_loss
 
@@ -42,7 +43,7 @@ def _check_restricted(model: LinearTransformer) -> None:
             "these losses need a restricted (eq. 6), σ = identity model: LinearTransformer.restricted(A); "
             f"got {type(model.params).__name__} with σ = {model.activation}.")
     u = model.params.u
-    if _is_concrete(u) and np.any(np.asarray(u) != 0):
+    if is_concrete(u) and np.any(np.asarray(u) != 0):
         raise ValueError("the closed forms assume u = 0 in eq. (6); this model has u ≠ 0.")
 
 
@@ -159,7 +160,7 @@ class GaussianXBatch(eqx.Module):
         """``batch`` prompts of ``task`` (w* ~ N(0, Σ⁻¹), noiseless, as in Gatmiry et al. §4.2)."""
         if task.weights != "inverse_covariance":
             raise ValueError("Gatmiry et al.'s setting draws w* ~ N(0, Σ⁻¹): use weights='inverse_covariance'.")
-        if _is_concrete(task.noise_std) and float(task.noise_std) != 0:
+        if is_concrete(task.noise_std) and float(task.noise_std) != 0:
             raise ValueError("gaussian_x_loss assumes noiseless labels (realizable instances).")
 
         def one(k):

@@ -46,6 +46,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _validate
+from .._validate import is_concrete
 from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt, embed
 from jax.flatten_util import ravel_pytree
@@ -54,10 +55,6 @@ from ._gram_kernel import _forward, gram_jacobian, gram_predict
 
 ACTIVATIONS = ("identity", "relu", "softmax")
 PARAMETRIZATIONS = ("full", "single_layer", "preconditioner", "block", "restricted")
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
 
 
 def _sym(A):
@@ -291,7 +288,7 @@ class GramBatch(eqx.Module):
             n = jnp.asarray(n_max)
         else:
             n = jnp.asarray(n_context)
-            if _is_concrete(n) and not 1 <= int(n) <= n_max:
+            if is_concrete(n) and not 1 <= int(n) <= n_max:
                 raise ValueError(f"n_context must lie in [1, {n_max}] for these prompts, got {int(n)}.")
             Zc = Zc * (jnp.arange(n_max) < n)[None, :, None].astype(Zc.dtype)
         C = jnp.einsum("bni,bnj->ijb", Zc, Zc)
@@ -347,7 +344,7 @@ class LinearTransformer(eqx.Module):
                     f"a looped transformer shares one (P, Q) across its loops; these parameters have {n_stored} layers."
                 )
             if max_depth is None:
-                if depth is None or not _is_concrete(jnp.asarray(depth)):
+                if depth is None or not is_concrete(jnp.asarray(depth)):
                     raise ValueError("a looped transformer needs a concrete loop count `depth` or a static `max_depth`.")
                 max_depth = int(depth)
         else:
@@ -358,9 +355,9 @@ class LinearTransformer(eqx.Module):
         if max_depth < 1:
             raise ValueError(f"a linear transformer needs at least one layer, got max_depth={max_depth}.")
         depth = jnp.asarray(max_depth if depth is None else depth, dtype=jnp.int32)
-        if _is_concrete(depth) and depth.ndim == 0 and not 0 <= int(depth) <= max_depth:
+        if is_concrete(depth) and depth.ndim == 0 and not 0 <= int(depth) <= max_depth:
             raise ValueError(f"depth must lie in [0, max_depth={max_depth}], got {int(depth)}.")
-        if looped and _is_concrete(depth) and depth.ndim == 0 and int(depth) < 1:
+        if looped and is_concrete(depth) and depth.ndim == 0 and int(depth) < 1:
             raise ValueError(f"the loop count of a looped transformer must be >= 1, got {int(depth)}.")
         self.params, self.depth = params, depth
         self.activation, self.looped, self.max_depth = activation, bool(looped), max_depth
@@ -451,7 +448,7 @@ class LinearTransformer(eqx.Module):
     def layer_mask(self) -> Float[Array, " L"]:
         """1.0 for the layers that are applied (index < depth), 0.0 for the rest."""
         dtype = self.params.weight_shape().dtype
-        if _is_concrete(self.depth):  # no XLA program for a mask known on the host
+        if is_concrete(self.depth):  # no XLA program for a mask known on the host
             return host_array(np.arange(self.max_depth) < np.asarray(self.depth), dtype)
         return (jnp.arange(self.max_depth) < self.depth).astype(dtype)
 

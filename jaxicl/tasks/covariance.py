@@ -22,10 +22,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+from .._validate import is_concrete
 
 
 def host_array(x, dtype=None) -> Array:
@@ -39,7 +36,7 @@ def check_covariance(lam, name: str = "covariance") -> None:
 
     Only concrete arrays are checked (inside ``jit``/``vmap`` the values are unknown).
     """
-    if not _is_concrete(lam):
+    if not is_concrete(lam):
         return
     lam = np.asarray(lam)
     if lam.ndim != 2 or lam.shape[0] != lam.shape[1]:
@@ -145,7 +142,7 @@ def gauss_rule_two_nodes(m1, m2, m3):
 
 def check_orthogonal(U, name: str = "U", tol: float = 1e-6) -> None:
     """Raise ``ValueError`` unless ``U`` is a square matrix with UᵀU = I (checked when concrete)."""
-    if not _is_concrete(U):
+    if not is_concrete(U):
         return
     U = np.asarray(U)
     if U.ndim != 2 or U.shape[0] != U.shape[1]:
@@ -178,7 +175,7 @@ class RandomRotationCovariance(CovariancePrior):
         scales = jnp.asarray(scales, dtype=float)
         if scales.ndim != 1 or scales.shape[0] < 1:
             raise ValueError(f"scales must be a non-empty vector (the diagonal of D), got shape {scales.shape}.")
-        if _is_concrete(scales) and not np.all(np.asarray(scales) != 0):
+        if is_concrete(scales) and not np.all(np.asarray(scales) != 0):
             raise ValueError("scales must be non-zero, or Σ = UᵀD²U is singular.")
         self.scales = scales
         self.d = int(scales.shape[0])
@@ -195,7 +192,7 @@ class RandomRotationCovariance(CovariancePrior):
 
 # --- scalar priors and scaled-identity / random-spectrum covariances (Gatmiry et al. §4.2, §5) ----
 def _positive_scalar(x, name: str):
-    if _is_concrete(x):
+    if is_concrete(x):
         _validate.real(name, x, gt=0, scalar=False)
 
 
@@ -234,14 +231,14 @@ class UniformScale(ScalePrior):
         self.low, self.high = jnp.asarray(low, dtype=float), jnp.asarray(high, dtype=float)
         _positive_scalar(self.low, "UniformScale.low")
         _positive_scalar(self.high, "UniformScale.high")
-        if _is_concrete(self.low) and _is_concrete(self.high) and not float(self.high) >= float(self.low):
+        if is_concrete(self.low) and is_concrete(self.high) and not float(self.high) >= float(self.low):
             raise ValueError(f"UniformScale needs low <= high, got [{float(self.low)}, {float(self.high)}].")
 
     @classmethod
     def kappa(cls, kappa):
         """Unif[1, κ]; κ ≥ 1 (κ = 1 is the single task s = 1)."""
         kappa = jnp.asarray(kappa, dtype=float)
-        if _is_concrete(kappa):
+        if is_concrete(kappa):
             _validate.real("the condition-number range κ", kappa, ge=1)
         return cls(1.0, kappa)
 
@@ -267,9 +264,9 @@ class DiscreteScale(ScalePrior):
         probs = jnp.full(values.shape, 1.0 / values.shape[0], values.dtype) if probs is None else jnp.asarray(probs, values.dtype)
         if values.ndim != 1 or probs.shape != values.shape:
             raise ValueError(f"DiscreteScale needs 1-D values and probs of the same shape, got {values.shape}, {probs.shape}.")
-        if _is_concrete(values):
+        if is_concrete(values):
             _validate.real("DiscreteScale: values", values, gt=0, scalar=False)
-        if _is_concrete(probs):
+        if is_concrete(probs):
             p = np.asarray(probs)
             if np.any(p < 0) or abs(p.sum() - 1) > 1e-6:
                 raise ValueError(f"DiscreteScale probs must be >= 0 and sum to 1, got {p}.")
@@ -302,16 +299,16 @@ class WindowedScale(ScalePrior):
 
     def __init__(self, centers, width):
         dtype = jnp.result_type(float)
-        if _is_concrete(centers):  # sorted on the host: no XLA program
+        if is_concrete(centers):  # sorted on the host: no XLA program
             centers = host_array(np.sort(np.atleast_1d(np.asarray(centers, dtype))))
         else:
             centers = jnp.sort(jnp.atleast_1d(jnp.asarray(centers, dtype)))
         width = jnp.asarray(width, dtype=centers.dtype)
         if centers.ndim != 1:
             raise ValueError(f"WindowedScale centers must be 1-D, got shape {centers.shape}.")
-        if _is_concrete(width) and not float(width) >= 0:
+        if is_concrete(width) and not float(width) >= 0:
             raise ValueError(f"the window half-width w must be >= 0, got {float(width)}.")
-        if _is_concrete(width) and _is_concrete(centers):
+        if is_concrete(width) and is_concrete(centers):
             s_min, w = float(np.asarray(centers)[0]), float(width)
             if not s_min - w > 0:
                 raise ValueError(f"the window [{s_min - w:g}, …] leaves (0, ∞): s_min − w must be > 0 "
@@ -398,7 +395,7 @@ class RandomSpectrumCovariance(CovariancePrior):
             raise ValueError(f"RandomSpectrumCovariance needs d >= 1, got d={d}.")
         self.alpha, self.beta = jnp.asarray(alpha, dtype=float), jnp.asarray(beta, dtype=float)
         _positive_scalar(self.alpha, "alpha")
-        if _is_concrete(self.alpha) and _is_concrete(self.beta) and not float(self.alpha) < float(self.beta):
+        if is_concrete(self.alpha) and is_concrete(self.beta) and not float(self.alpha) < float(self.beta):
             raise ValueError(f"the spectrum interval needs alpha < beta, got alpha={float(self.alpha)}, beta={float(self.beta)}.")
         self.d = int(d)
 

@@ -32,7 +32,8 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate
-from .covariance import CovariancePrior, FixedCovariance, _is_concrete
+from .._validate import is_concrete
+from .covariance import CovariancePrior, FixedCovariance
 from .template_regression import TemplatePrompt
 
 
@@ -177,7 +178,7 @@ class RepresentationRegression(_SequenceTask):
             raise ValueError("the stacked encoding needs n_context >= 2 (context examples and one query).")
         self.encoding = encoding
         noise_std = jnp.asarray(noise_std, float)  # an array leaf: vmap over σ (one ensemble for AlgoFormer Fig. 5)
-        self.noise_std = noise_std if not _is_concrete(noise_std) else jnp.asarray(_noise(noise_std), float)
+        self.noise_std = noise_std if not is_concrete(noise_std) else jnp.asarray(_noise(noise_std), float)
         if phi is not None and phi.d_in != self.d:
             raise ValueError(f"phi reads {phi.d_in}-dimensional inputs but the task has d = {self.d}.")
         self.phi = phi

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .covariance import _is_concrete
+from .._validate import is_concrete
 
 COEFFICIENTS = ("gaussian", "rademacher")
 
@@ -52,7 +52,7 @@ def random_dictionary(key: PRNGKeyArray, K: int, d: int, dtype=None) -> Float[Ar
 def check_dictionary(tokens, n_context: int) -> None:
     """Raise ``ValueError`` unless the K tokens are unit-norm and distinct and the N prompt tokens satisfy
     Assumption 3 (some coordinate takes N pairwise different values on them). Concrete arrays only."""
-    if not _is_concrete(tokens):
+    if not is_concrete(tokens):
         return
     v = np.asarray(tokens, dtype=float)
     if v.ndim != 2 or v.shape[0] < 2 or v.shape[1] < 1:
@@ -133,15 +133,15 @@ class TemplateRegression(eqx.Module):
         if features.ndim != 2 or features.shape[0] != K or features.shape[1] < 1:
             raise ValueError(f"features must be f(v_k) for the K = {K} tokens, shape (K, m) = ({K}, m), got "
                              f"{features.shape}.")
-        if _is_concrete(features) and not np.all(np.isfinite(np.asarray(features))):
+        if is_concrete(features) and not np.all(np.isfinite(np.asarray(features))):
             raise ValueError("features f(v_k) have non-finite entries.")
         if coefficients not in COEFFICIENTS:
             raise ValueError(f"coefficients must be one of {COEFFICIENTS}, got {coefficients!r}.")
         dtype = jnp.result_type(float)
         tau, coef_mean, coef_std = (jnp.asarray(a, dtype) for a in (tau, coef_mean, coef_std))
-        if _is_concrete(tau) and not float(tau) >= 0:
+        if is_concrete(tau) and not float(tau) >= 0:
             raise ValueError(f"the noise level τ must be >= 0, got {float(tau)}.")
-        if _is_concrete(coef_std) and not float(coef_std) >= 0:
+        if is_concrete(coef_std) and not float(coef_std) >= 0:
             raise ValueError(f"coef_std must be >= 0, got {float(coef_std)}.")
         self.tokens, self.features, self.n_context = tokens, features, int(n_context)
         self.tau, self.coef_mean, self.coef_std, self.coefficients = tau, coef_mean, coef_std, coefficients

@@ -24,17 +24,11 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..models.linear_transformer import LinearTransformer
 from ..tasks.linear_regression import Prompt
+from .zhang import gamma  # Γ = ((n+1)/n) Σ + (tr Σ / n) I (Thm 1, eq. 8 after rotation): Zhang et al.'s Γ
 
 
 # The closed forms below are jitted: the checks call them eagerly, where each jnp operation would compile a program of
 # its own for every shape.
-@jax.jit
-def gamma(Sigma: Float[Array, "d d"], n) -> Float[Array, "d d"]:
-    """Γ = ((n+1)/n) Σ + (tr Σ / n) I  (Thm 1, eq. 8 after rotation)."""
-    Sigma = jnp.asarray(Sigma)
-    return (n + 1) / n * Sigma + jnp.trace(Sigma) / n * jnp.eye(Sigma.shape[0], dtype=Sigma.dtype)
-
-
 @jax.jit
 def thm1_optimum(Sigma, n) -> tuple[Float[Array, " D"], Float[Array, "D d"]]:
     """(b, A) of eq. (8): b = e_{d+1}, A = −[Γ⁻¹; 0]."""

@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from ..models.linear_transformer import GramBatch, LinearTransformer
-from ..tasks.covariance import _is_concrete, host_array
+from .._validate import is_concrete
+from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt
 
 
@@ -60,7 +61,7 @@ def chebyshev_steps(alpha, beta, L: int) -> np.ndarray:
 def restricted_model(steps, d: int, looped: bool = False, depth=None, max_depth=None, dtype=None) -> LinearTransformer:
     """The restricted model with A_t = a_t I (``steps`` of length L; one step if ``looped``)."""
     dtype = dtype or jnp.result_type(float)
-    if _is_concrete(steps):  # built on the host: no XLA program for each shape
+    if is_concrete(steps):  # built on the host: no XLA program for each shape
         steps = np.atleast_1d(np.asarray(steps, dtype=dtype))
         A = host_array(steps[:, None, None] * np.eye(int(d), dtype=dtype))
     else:

@@ -7,13 +7,17 @@ length. "Prediction error" is E(ŷ − y)² (eq. 4.6, no ½); the population los
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from ..models.lsa import LinearSelfAttention
 
 
+@jax.jit
 def gamma(Lam, N):
-    """Γ = (1 + 1/N) Λ + tr(Λ)/N · I (Thm 4.1)."""
+    """Γ = (1 + 1/N) Λ + tr(Λ)/N · I: Zhang et al.'s Thm 4.1, and Ahn et al.'s Thm 1 (eq. 8, Σ for Λ, n for N),
+    the same matrix (`jaxicl.theory.ahn` uses this one). Jitted: the checks call it eagerly."""
+    Lam = jnp.asarray(Lam)
     d = Lam.shape[-1]
     return (1 + 1 / N) * Lam + jnp.trace(Lam) / N * jnp.eye(d, dtype=Lam.dtype)
 
