@@ -187,7 +187,7 @@ def gradient_flow(
     # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
     # every adjoint can differentiate (BacksolveAdjoint cannot see through a closure). The solve and everything
     # computed from its solution are one compiled program, `solve`, whose arrays are its arguments, not constants:
-    # computed op by op, the losses, norms and flags of a solution were some 190 small XLA programs per flow.
+    # computed op by op, the losses, norms and flags of a solution would be some 190 small XLA programs per flow.
     field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
 
     def solve(dynamic, ts, field_args, dt0):

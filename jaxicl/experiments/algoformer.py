@@ -145,7 +145,7 @@ SETTINGS_DOCS = {
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
-# 0.928-0.988 at 2,000); the reported orderings are those of 2,000 steps (benchmarks/README.md, 2026-11-26)
+# 0.928-0.988 at 2,000); the reported orderings are those of 2,000 steps (benchmarks/README.md)
 SIZES = {
     "quick": Config(d=5, N=10, phi_width=16, ar_d=3, ar_q=3, ar_N=16, cot_d=4, cot_depth=3, cot_N=5, d_model=32,
                     n_heads=4, std_layers=4, loops=(8, 6), fig3_loops=((8, 6), (8, 1), (4, 3)), eval_loops=40,

@@ -47,8 +47,8 @@ def _check_restricted(model: LinearTransformer) -> None:
         raise ValueError("the closed forms assume u = 0 in eq. (6); this model has u ≠ 0.")
 
 
-# The computations below are jitted after the host-side check: called eagerly, in Python loops over depth (Thms 6-8),
-# their jnp operations were some 50 XLA programs of one operation each in a quick gatmiry2024 run; now one per shape.
+# The computations below are jitted after the host-side check: they are called eagerly, in Python loops over depth
+# (Thms 6-8), where each jnp operation would be an XLA program of its own; jitted, they are one program per shape.
 @eqx.filter_jit
 def _layer_matrices(model: LinearTransformer) -> Float[Array, "L d d"]:
     _, Q = model.layer_weights()  # Q_t = diag(A_t, 0), already repeated for a looped model

@@ -48,10 +48,9 @@ def process_cpu_seconds(pid: int | str = "self", exclude_thread: int | None = No
         return None
 
 
-# A process counts as idle while it uses at most this share of one CPU. Not zero: a deadlocked ``jaxicl reproduce
-# ahn2023`` (2026-11-26; both XLA:CPU pool threads in ParallelBatchMap, under two concurrent float32 triangular solves)
-# sat for 15 minutes without its watchdog firing, so something still added a clock tick now and then; a computing
-# process uses 100 % or more.
+# A process counts as idle while it uses at most this share of one CPU. Not zero: a process deadlocked in XLA:CPU (both
+# pool threads waiting in ParallelBatchMap) still gains a clock tick now and then, and a zero threshold never fires;
+# a computing process uses 100 % or more.
 IDLE_CPU_FRACTION = 0.01
 _TICK = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit of CPU time
 
