@@ -60,3 +60,16 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with their stored outputs, figures too
         html = (site / "notebooks" / notebook.stem / "index.html").read_text()
         assert "image/png" in html or "<img" in html, notebook.stem
+
+
+def test_code_blocks_fit_the_text_column():
+    """Every line of a code block in the README and the documentation fits 88 columns, the width the site's text
+    column shows without a scroll bar (the kept reports are data, not pages)."""
+    import re
+
+    root = Path(__file__).parent.parent
+    pages = [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md") if "reports" not in p.parts)]
+    wide = [(str(p.relative_to(root)), line) for p in pages
+            for block in re.findall(r"^```[^\n]*\n(.*?)^```", p.read_text(), re.S | re.M)
+            for line in block.splitlines() if len(line) > 88]
+    assert not wide, wide
