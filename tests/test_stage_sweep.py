@@ -61,6 +61,7 @@ def test_a_stage_sweep_resumes_point_by_point_and_recomputes_changed_settings(tm
     ({"dd": [1, 2]}, "Did you mean 'd'"),
     ({"kappas": [2.0, 4.0]}, "list setting"),
     ({"d": []}, "non-empty list"),
+    ({"d": 2}, "non-empty list"),  # a TypeError traceback when the grid was written into the dataset's attributes
     ({"d": [2, -1]}, "d"),
     ({}, "needs a grid"),
     ({"eps": [1e-6, 1e-6]}, r"1e-06 appear more than once"),  # computed, then unstacking failed on the duplicates

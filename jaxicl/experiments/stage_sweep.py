@@ -154,10 +154,11 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
     if size not in module.SIZES:
         raise settings.SettingsError(f"size must be one of {sorted(module.SIZES)}, got {size!r}.")
     base = settings.apply(module.SIZES[size], overrides or {})
+    vmapped = set(grid) <= set(getattr(fn, "grid_axes", ()))  # the stage sweeps these itself, as one program
+    whole = _checked_axes(base, grid, MAX_VMAPPED_POINTS if vmapped else MAX_POINTS)  # validated, no point built
     attrs = dict(stage=stage, size=size, grid=json.dumps({k: list(v) for k, v in grid.items()}),
                  settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}))
-    if set(grid) <= set(getattr(fn, "grid_axes", ())):  # the stage sweeps these itself, as one program
-        whole = _checked_axes(base, grid, MAX_VMAPPED_POINTS)  # validated values, no point built
+    if vmapped:
         with jax.enable_x64(getattr(module, "STAGE_X64", True)):
             ds = fn(base, grid=whole, out=out, progress=progress)
         ds = ds.assign_attrs(attrs)
