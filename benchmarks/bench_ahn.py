@@ -28,12 +28,12 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from results import record  # benchmarks/results.py
+from timing import median_time  # benchmarks/timing.py
 
 import jaxicl as icl
 from jaxicl.experiments import ahn2023
 from jaxicl.models import GramBatch, LinearTransformer
-from results import record  # benchmarks/results.py
-from timing import median_time  # benchmarks/timing.py
 
 
 def flops(f, *args) -> float:
@@ -45,8 +45,9 @@ def flops(f, *args) -> float:
 def loss_grad_bench(repeats: int):
     d, n, L, B = 5, 20, 3, 20_000
     key = jax.random.PRNGKey(0)
-    task = icl.tasks.LinearRegression(d, n, icl.tasks.RandomRotationCovariance(jnp.array([1, 1, 0.5, 0.25, 1.0])).sample(key),
-                                      "inverse_covariance")
+    task = icl.tasks.LinearRegression(
+        d, n, icl.tasks.RandomRotationCovariance(jnp.array([1, 1, 0.5, 0.25, 1.0])).sample(key), "inverse_covariance"
+    )
     prompts = task.sample(jax.random.fold_in(key, 1), B)
     model = LinearTransformer.init(jax.random.fold_in(key, 2), d, L, "full", scale=0.1)
     gram = GramBatch.from_prompts(prompts)
@@ -76,8 +77,17 @@ def loss_grad_bench(repeats: int):
         f = jax.jit(lambda m, x, fn=fn: eqx.filter_value_and_grad(fn)(m, x))
         t = median_time(f, model, data, repeats=repeats)
         fl = flops(f, model, data)
-        rows.append({"variant": name, "prompts": B, "ms": 1e3 * t, "prompts per s": B / t, "XLA GFLOP": fl / 1e9,
-                     "share of matmul peak": fl / t / peak, "matmul peak GFLOP/s": peak / 1e9})
+        rows.append(
+            {
+                "variant": name,
+                "prompts": B,
+                "ms": 1e3 * t,
+                "prompts per s": B / t,
+                "XLA GFLOP": fl / 1e9,
+                "share of matmul peak": fl / t / peak,
+                "matmul peak GFLOP/s": peak / 1e9,
+            }
+        )
         print(f"| {name} | {t * 1e3:.1f} ms | {B / t:,.0f} | {fl / 1e9:.3f} GFLOP | {fl / t / peak:.1%} |", flush=True)
     base = rows[0]["ms"]
     for row in rows:
@@ -87,8 +97,15 @@ def loss_grad_bench(repeats: int):
 
 
 def time_to_target_bench(repeats: int, seeds: int = 3):
-    cfg = dataclasses.replace(ahn2023.SIZES["quick"], train_batch=20_000, test_batch=200_000, seeds=seeds,
-                              lm_steps=30, lbfgs_steps=300, adam_steps=3000)
+    cfg = dataclasses.replace(
+        ahn2023.SIZES["quick"],
+        train_batch=20_000,
+        test_batch=200_000,
+        seeds=seeds,
+        lm_steps=30,
+        lbfgs_steps=300,
+        adam_steps=3000,
+    )
     key = jax.random.PRNGKey(0)
     a_star, fam_loss, _ = ahn2023._family_optimum(cfg, jax.random.fold_in(key, 4), cfg.n_layers)
     keys = jax.random.split(jax.random.fold_in(key, 5), cfg.seeds)
@@ -101,8 +118,14 @@ def time_to_target_bench(repeats: int, seeds: int = 3):
         k = ahn2023._iterations_to_target(res, stride, cfg)
         if k is None:
             print(f"| {method} | not reached in {ahn2023._steps(cfg, method)} | — |", flush=True)
-            rows.append({"optimizer": method, "seeds": seeds, "iterations to target": "not reached",
-                         "iterations run": ahn2023._steps(cfg, method)})
+            rows.append(
+                {
+                    "optimizer": method,
+                    "seeds": seeds,
+                    "iterations to target": "not reached",
+                    "iterations run": ahn2023._steps(cfg, method),
+                }
+            )
             continue
         k = max(k, 1)
 

@@ -21,10 +21,10 @@ import time
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
+from results import record
 
 import jaxicl as icl
 from jaxicl.theory import zhang
-from results import record
 
 TARGET = 1e-6
 
@@ -63,8 +63,16 @@ def bench_convergence(d, repeats):
 
     @jax.jit
     def flow(m0):
-        sol = icl.gradient_flow(loss, m0, 1e6, n_save=2, rtol=1e-9, atol=1e-12, max_steps=10**6,
-                                stop_when=lambda m: product_error(m, gi) <= TARGET)
+        sol = icl.gradient_flow(
+            loss,
+            m0,
+            1e6,
+            n_save=2,
+            rtol=1e-9,
+            atol=1e-12,
+            max_steps=10**6,
+            stop_when=lambda m: product_error(m, gi) <= TARGET,
+        )
         return sol.t_final, sol.num_grad_evals, product_error(sol.final, gi)
 
     t_flow, (t_end, evals, err) = timed(lambda: flow(m0), repeats)
@@ -91,20 +99,29 @@ def bench_convergence(d, repeats):
 
     t_gd, (gd_steps, gd_err) = timed(lambda: gd(m0), repeats)
     return {
-        "d": d, "N": task.n_context,
-        "flow_seconds": t_flow, "flow_grad_evals": int(evals), "flow_t": float(t_end), "flow_error": float(err),
-        "gd_seconds": t_gd, "gd_grad_evals": int(gd_steps), "gd_step": float(step), "gd_error": float(gd_err),
+        "d": d,
+        "N": task.n_context,
+        "flow_seconds": t_flow,
+        "flow_grad_evals": int(evals),
+        "flow_t": float(t_end),
+        "flow_error": float(err),
+        "gd_seconds": t_gd,
+        "gd_grad_evals": int(gd_steps),
+        "gd_step": float(step),
+        "gd_error": float(gd_err),
         "speedup_gd_over_flow": t_gd / t_flow,
     }
 
 
 def random_covariances(key, n_traj, d):
     """Λ = Q diag(λ) Qᵀ, Q uniform orthogonal, λ_i ~ Unif[0.5, 2] (condition number ≤ 4)."""
+
     def one(k):
         kq, kl = jax.random.split(k)
         q, r = jnp.linalg.qr(jax.random.normal(kq, (d, d)))
         q = q * jnp.sign(jnp.diag(r))
         return (q * jax.random.uniform(kl, (d,), minval=0.5, maxval=2.0)) @ q.T
+
     return jax.vmap(one)(jax.random.split(key, n_traj))
 
 
@@ -124,9 +141,16 @@ def bench_vmapped(n_traj, repeats, d=5, n_loop=20):
     # the same flows one at a time through the jitted single-trajectory function (first n_loop)
     t_loop, _ = timed(lambda: [single(lam) for lam in lams[:n_loop]], repeats)
     per_loop = t_loop / n_loop
-    return {"n_trajectories": n_traj, "d": d, "t1": 100.0, "seconds": t, "trajectories_per_second": n_traj / t,
-            "python_loop_seconds_per_trajectory": per_loop, "vmap_speedup_over_loop": per_loop * n_traj / t,
-            "all_finite": bool(jnp.all(jnp.isfinite(losses)))}
+    return {
+        "n_trajectories": n_traj,
+        "d": d,
+        "t1": 100.0,
+        "seconds": t,
+        "trajectories_per_second": n_traj / t,
+        "python_loop_seconds_per_trajectory": per_loop,
+        "vmap_speedup_over_loop": per_loop * n_traj / t,
+        "all_finite": bool(jnp.all(jnp.isfinite(losses))),
+    }
 
 
 def main():
@@ -136,23 +160,32 @@ def main():
     parser.add_argument("--n-traj", type=int, default=1000)
     args = parser.parse_args()
     with jax.enable_x64(True):
-        info = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
-                "machine": platform.processor() or platform.machine(), "jax": jax.__version__,
-                "date": time.strftime("%Y-%m-%d")}
+        info = {
+            "backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.devices()],
+            "machine": platform.processor() or platform.machine(),
+            "jax": jax.__version__,
+            "date": time.strftime("%Y-%m-%d"),
+        }
         print(json.dumps(info))
         vm = bench_vmapped(args.n_traj, args.repeats)
-        print(f"{vm['n_trajectories']} vmapped flows (d={vm['d']}, t1={vm['t1']}): {vm['seconds']:.2f} s, "
-              f"{vm['trajectories_per_second']:.1f} trajectories/s; Python loop over the jitted single flow "
-              f"{vm['python_loop_seconds_per_trajectory'] * 1e3:.1f} ms/trajectory -> vmap {vm['vmap_speedup_over_loop']:.1f}x",
-              flush=True)
+        print(
+            f"{vm['n_trajectories']} vmapped flows (d={vm['d']}, t1={vm['t1']}): {vm['seconds']:.2f} s, "
+            f"{vm['trajectories_per_second']:.1f} trajectories/s; Python loop over the jitted single flow "
+            f"{vm['python_loop_seconds_per_trajectory'] * 1e3:.1f} ms/trajectory -> vmap {vm['vmap_speedup_over_loop']:.1f}x",
+            flush=True,
+        )
         record("bench_flow_vmapped", [vm])
         rows = []
         for d in args.dims:
             row = bench_convergence(d, args.repeats)
             rows.append(row)
-            print(f"d={d:3d}  flow {row['flow_seconds']:.3f} s ({row['flow_grad_evals']} grad evals, t={row['flow_t']:.3g})"
-                  f"  GD {row['gd_seconds']:.3f} s ({row['gd_grad_evals']} steps, η={row['gd_step']:.3g})"
-                  f"  GD/flow time ratio {row['speedup_gd_over_flow']:.1f}", flush=True)
+            print(
+                f"d={d:3d}  flow {row['flow_seconds']:.3f} s ({row['flow_grad_evals']} grad evals, t={row['flow_t']:.3g})"
+                f"  GD {row['gd_seconds']:.3f} s ({row['gd_grad_evals']} steps, η={row['gd_step']:.3g})"
+                f"  GD/flow time ratio {row['speedup_gd_over_flow']:.1f}",
+                flush=True,
+            )
             record("bench_flow", rows)  # after every d: a run stopped at a time limit keeps the dimensions it measured
 
 

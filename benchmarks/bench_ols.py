@@ -16,9 +16,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from results import record
 
 from jaxicl import baselines
-from results import record
 
 jax.config.update("jax_enable_x64", True)
 
@@ -34,9 +34,12 @@ def main():
     platforms = ["cpu"] + [p for p in dict.fromkeys(d.platform for d in jax.devices()) if p != "cpu"]
     key = jax.random.PRNGKey(0)
     xs = jax.random.normal(key, (args.prompts, args.M, args.d))
-    ys = xs @ jax.random.normal(jax.random.fold_in(key, 1), (args.prompts, args.d, 1)) \
-        + 0.1 * jax.random.normal(jax.random.fold_in(key, 2), (args.prompts, args.M, 1))
-    print(f"jax {jax.__version__}, devices {jax.devices()}; {args.prompts} prompts of M = {args.M}, d = {args.d}, float64")
+    ys = xs @ jax.random.normal(jax.random.fold_in(key, 1), (args.prompts, args.d, 1)) + 0.1 * jax.random.normal(
+        jax.random.fold_in(key, 2), (args.prompts, args.M, 1)
+    )
+    print(
+        f"jax {jax.__version__}, devices {jax.devices()}; {args.prompts} prompts of M = {args.M}, d = {args.d}, float64"
+    )
     rows = []
     for platform in platforms:
         device = jax.devices(platform)[0]
@@ -51,10 +54,22 @@ def main():
                 jax.block_until_ready(run(x, y))
                 times.append(time.perf_counter() - t0)
             sec = float(np.median(times))
-            print(f"{platform:5s} {name:16s}: {sec:8.3f} s for {args.prompts} prompts; paper's 16,384 prompts "
-                  f"≈ {sec * 16384 / args.prompts:8.1f} s", flush=True)
-            rows.append({"device": platform, "method": name, "prompts": args.prompts, "M": args.M, "d": args.d,
-                         "seconds": sec, "paper's 16,384 prompts (s)": sec * 16384 / args.prompts})
+            print(
+                f"{platform:5s} {name:16s}: {sec:8.3f} s for {args.prompts} prompts; paper's 16,384 prompts "
+                f"≈ {sec * 16384 / args.prompts:8.1f} s",
+                flush=True,
+            )
+            rows.append(
+                {
+                    "device": platform,
+                    "method": name,
+                    "prompts": args.prompts,
+                    "M": args.M,
+                    "d": args.d,
+                    "seconds": sec,
+                    "paper's 16,384 prompts (s)": sec * 16384 / args.prompts,
+                }
+            )
         a, b = out.values()
         diff = float(jnp.max(jnp.abs(a - b)))
         print(f"{platform:5s} max |svd − gram| over the predictions: {diff:.2e}")

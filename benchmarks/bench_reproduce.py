@@ -23,7 +23,8 @@ The runs inherit the environment: ``JAXICL_UNROLL``, ``JAXICL_REMAT`` and ``JAXI
 transformers' training programs compile (README, "Command line", XLA options); the header line prints those set.
 
 Run: ``python benchmarks/bench_reproduce.py [NAME ...] [--platforms gpu cpu] [--cpu-cores 2] [--skip-transformers]
-[--stages] [--jobs N] [--timeout S[,S]] [--keep DIR] [--cold-only]`` (default: every paper, JAX's default backend). Minutes per paper
+[--stages] [--jobs N] [--timeout S[,S]] [--keep DIR] [--cold-only]`` (default: every paper, JAX's default backend).
+Minutes per paper
 on a 2-core CPU (``make reproduce``'s numbers in benchmarks/README.md); ``--skip-transformers`` leaves out the
 transformer trainings (and the AlgoFormer paper). The rows are recorded as ``bench_reproduce``
 (``benchmarks/results.py``), one variant per way of running (alone or ``--jobs N``, the papers, the transformers in
@@ -45,11 +46,13 @@ from pathlib import Path
 
 from results import record  # benchmarks/results.py
 
-SUMMARY = re.compile(r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, (?:\d+ pass \(not asserted\), )?"
-                     r"\d+ not reproduced, (?:\d+ not applicable, )?\d+ reported(?:; formulas: \d+ pass, \d+ fail)? "
-                     r"in (?P<wall>[\d.]+) s "
-                     r"(?:over \d+ processes )?\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
-                     r"persistent cache\)")
+SUMMARY = re.compile(
+    r"\[jaxicl\] (?P<name>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail, (?:\d+ pass \(not asserted\), )?"
+    r"\d+ not reproduced, (?:\d+ not applicable, )?\d+ reported(?:; formulas: \d+ pass, \d+ fail)? "
+    r"in (?P<wall>[\d.]+) s "
+    r"(?:over \d+ processes )?\(compile (?P<compile>[\d.]+) s, (?P<programs>\d+) XLA programs, (?P<hits>\d+) from the "
+    r"persistent cache\)"
+)
 
 
 @dataclasses.dataclass
@@ -63,19 +66,40 @@ class Run:
     report: Path
 
 
-def run_reproduce(names: list[str], out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
-                  transformers: bool, jobs: int = 1, timeout: float | None = None) -> tuple[float, dict[str, Run]]:
+def run_reproduce(
+    names: list[str],
+    out: Path,
+    cache: Path,
+    platform: str | None,
+    cpus: list[int] | None,
+    transformers: bool,
+    jobs: int = 1,
+    timeout: float | None = None,
+) -> tuple[float, dict[str, Run]]:
     """``jaxicl reproduce NAMES --quick --jobs JOBS`` in a fresh process group, into ``out`` (a new directory) with the
     compilation cache ``cache``, stopped with all its processes after ``timeout`` seconds: (the command's wall time,
     a :class:`Run` for each paper that finished, its ``seconds`` the paper's own wall time from its summary line)."""
-    cmd = [sys.executable, "-m", "jaxicl.cli", "reproduce", *names, "--quick", "--jobs", str(jobs), "--out", str(out),
-           "--cache-dir", str(cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxicl.cli",
+        "reproduce",
+        *names,
+        "--quick",
+        "--jobs",
+        str(jobs),
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(cache),
+    ]
     cmd += [] if transformers else ["--skip-transformers"]
     env = dict(os.environ) | ({"JAX_PLATFORMS": platform} if platform else {})
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=pin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, preexec_fn=pin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     timed_out = False
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -86,15 +110,26 @@ def run_reproduce(names: list[str], out: Path, cache: Path, platform: str | None
     seconds = time.perf_counter() - t
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.log").write_text(stdout + stderr)  # what an unfinished paper had done
-    runs = {m["name"]: Run(float(m["wall"]), int(m["passed"]), int(m["failed"]), float(m["compile"]),
-                           int(m["programs"]), int(m["hits"]), out / "report.md") for m in SUMMARY.finditer(stdout)}
+    runs = {
+        m["name"]: Run(
+            float(m["wall"]),
+            int(m["passed"]),
+            int(m["failed"]),
+            float(m["compile"]),
+            int(m["programs"]),
+            int(m["hits"]),
+            out / "report.md",
+        )
+        for m in SUMMARY.finditer(stdout)
+    }
     if not timed_out and (proc.returncode not in (0, 1) or not runs):  # 1: a check failed (in the row), else it broke
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     return seconds, runs
 
 
-def reproduce_once(name: str, out: Path, cache: Path, platform: str | None, cpus: list[int] | None,
-                   transformers: bool) -> Run:
+def reproduce_once(
+    name: str, out: Path, cache: Path, platform: str | None, cpus: list[int] | None, transformers: bool
+) -> Run:
     """One paper alone (:func:`run_reproduce`), its ``seconds`` the whole command's, start-up included."""
     seconds, runs = run_reproduce([name], out, cache, platform, cpus, transformers)
     return dataclasses.replace(runs[name], seconds=seconds)
@@ -105,25 +140,42 @@ def stage_table(report: Path, name: str) -> str:
     text = report.read_text()
     start = text.find("| stage |", max(text.find(f"## {name}:"), 0))
     end = text.find("\n\n", start)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="papers (default: all, see `jaxicl list`)")
-    ap.add_argument("--platforms", nargs="+", default=[None],
-                    help="JAX_PLATFORMS of each set of runs, e.g. gpu cpu (default: JAX's default backend)")
-    ap.add_argument("--cpu-cores", type=int, default=None,
-                    help="pin the runs whose platform is cpu to this many CPUs (default: all)")
+    ap.add_argument(
+        "--platforms",
+        nargs="+",
+        default=[None],
+        help="JAX_PLATFORMS of each set of runs, e.g. gpu cpu (default: JAX's default backend)",
+    )
+    ap.add_argument(
+        "--cpu-cores",
+        type=int,
+        default=None,
+        help="pin the runs whose platform is cpu to this many CPUs (default: all)",
+    )
     ap.add_argument("--skip-transformers", action="store_true", help="leave out the transformer trainings")
     ap.add_argument("--stages", action="store_true", help="print each run's per-stage table")
-    ap.add_argument("--jobs", type=int, default=None,
-                    help="run the papers at once in one command with --jobs N (per-paper times: upper bounds)")
-    ap.add_argument("--timeout", default=None,
-                    help="with --jobs: stop each command after S seconds (COLD,WARM: each its own)")
-    ap.add_argument("--keep", type=Path, default=None,
-                    help="with --jobs: write the reports (and the compilation cache) under this directory instead of "
-                         "a temporary one that is removed")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="run the papers at once in one command with --jobs N (per-paper times: upper bounds)",
+    )
+    ap.add_argument(
+        "--timeout", default=None, help="with --jobs: stop each command after S seconds (COLD,WARM: each its own)"
+    )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="with --jobs: write the reports (and the compilation cache) under this directory instead of "
+        "a temporary one that is removed",
+    )
     ap.add_argument("--cold-only", action="store_true", help="only the runs with an empty compilation cache")
     args = ap.parse_args()
     try:
@@ -140,16 +192,28 @@ def main():
     if unknown:
         ap.error(f"unknown reproduction(s) {unknown}; available: {available()}")
     names = list(_modules(names, not args.skip_transformers))  # papers made only of transformers: none left
-    cpus = sorted(os.sched_getaffinity(0))[: args.cpu_cores] if args.cpu_cores and hasattr(os, "sched_getaffinity") \
+    cpus = (
+        sorted(os.sched_getaffinity(0))[: args.cpu_cores]
+        if args.cpu_cores and hasattr(os, "sched_getaffinity")
         else None
-    settings = {k: v for k, v in os.environ.items() if k in ("JAXICL_UNROLL", "JAXICL_REMAT",
-                                                              "JAXICL_TRAINING_AUTOTUNE_LEVEL", "XLA_FLAGS")}
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}"
-          + (f"; cpu runs pinned to CPUs {cpus}" if cpus else "")
-          + "".join(f"; {k}={v}" for k, v in settings.items()), flush=True)
+    )
+    settings = {
+        k: v
+        for k, v in os.environ.items()
+        if k in ("JAXICL_UNROLL", "JAXICL_REMAT", "JAXICL_TRAINING_AUTOTUNE_LEVEL", "XLA_FLAGS")
+    }
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}"
+        + (f"; cpu runs pinned to CPUs {cpus}" if cpus else "")
+        + "".join(f"; {k}={v}" for k, v in settings.items()),
+        flush=True,
+    )
     kinds = ("cold",) if args.cold_only else ("cold", "warm")
-    print("| paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | "
-          "cold ÷ warm |\n|---|---|---|---|---|---|", flush=True)
+    print(
+        "| paper | backend | checks | cold: wall / compile / programs | warm: wall / compile / from cache | "
+        "cold ÷ warm |\n|---|---|---|---|---|---|",
+        flush=True,
+    )
     walls = {}
     rows = []
 
@@ -158,18 +222,33 @@ def main():
         walls[name, label] = (cold and cold.seconds, warm and warm.seconds)
         checks = next((f"{r.passed} pass, {r.failed} fail" for r in (warm, cold) if r), "—")
         cold_s = f"{cold.seconds:.1f} s / {cold.compile:.1f} s / {cold.programs}" if cold else "not finished"
-        warm_s = (f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs}" if warm else
-                  "not finished" if "warm" in runs else "—")
+        warm_s = (
+            f"{warm.seconds:.1f} s / {warm.compile:.1f} s / {warm.hits} of {warm.programs}"
+            if warm
+            else "not finished"
+            if "warm" in runs
+            else "—"
+        )
         ratio = f"{cold.seconds / warm.seconds:.2f}×" if cold and warm else "—"
-        print(f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | {checks} | {cold_s} | "
-              f"{warm_s} | {ratio} |", flush=True)
-        rows.append({"paper": name, "platform": label + (f" ({len(pinned)} CPUs)" if pinned else ""), "checks": checks,
-                     "cold wall (s)": cold.seconds if cold else "not finished",
-                     "cold compile (s)": cold.compile if cold else "", "XLA programs": cold.programs if cold else "",
-                     "warm wall (s)": warm.seconds if warm else ("not finished" if "warm" in runs else ""),
-                     "warm compile (s)": warm.compile if warm else "",
-                     "from cache": f"{warm.hits} of {warm.programs}" if warm else "",
-                     "cold ÷ warm": cold.seconds / warm.seconds if cold and warm else ""})
+        print(
+            f"| {name} | {label}{' (' + str(len(pinned)) + ' CPUs)' if pinned else ''} | {checks} | {cold_s} | "
+            f"{warm_s} | {ratio} |",
+            flush=True,
+        )
+        rows.append(
+            {
+                "paper": name,
+                "platform": label + (f" ({len(pinned)} CPUs)" if pinned else ""),
+                "checks": checks,
+                "cold wall (s)": cold.seconds if cold else "not finished",
+                "cold compile (s)": cold.compile if cold else "",
+                "XLA programs": cold.programs if cold else "",
+                "warm wall (s)": warm.seconds if warm else ("not finished" if "warm" in runs else ""),
+                "warm compile (s)": warm.compile if warm else "",
+                "from cache": f"{warm.hits} of {warm.programs}" if warm else "",
+                "cold ÷ warm": cold.seconds / warm.seconds if cold and warm else "",
+            }
+        )
         if args.stages:
             for what, run in runs.items():
                 if run:
@@ -181,26 +260,58 @@ def main():
         if args.jobs:  # every paper at once, cold then warm
             with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
                 where = Path(args.keep or tmp) / label
-                together = {what: run_reproduce(names, where / what, where / "cache", platform, pinned,
-                                                not args.skip_transformers, args.jobs, timeouts[what])
-                            for what in kinds}
+                together = {
+                    what: run_reproduce(
+                        names,
+                        where / what,
+                        where / "cache",
+                        platform,
+                        pinned,
+                        not args.skip_transformers,
+                        args.jobs,
+                        timeouts[what],
+                    )
+                    for what in kinds
+                }
                 for name in names:
                     row(name, label, pinned, {what: runs.get(name) for what, (_, runs) in together.items()})
                 warm = f"{together['warm'][0]:.1f} s" if "warm" in together else "—"
-                print(f"| all, --jobs {args.jobs} (whole command) | {label} | | {together['cold'][0]:.1f} s | "
-                      f"{warm} | |", flush=True)
-                rows.append({"paper": f"all, --jobs {args.jobs} (whole command)", "platform": label,
-                             "cold wall (s)": together["cold"][0],
-                             "warm wall (s)": together["warm"][0] if "warm" in together else ""})
+                print(
+                    f"| all, --jobs {args.jobs} (whole command) | {label} | | {together['cold'][0]:.1f} s | {warm} | |",
+                    flush=True,
+                )
+                rows.append(
+                    {
+                        "paper": f"all, --jobs {args.jobs} (whole command)",
+                        "platform": label,
+                        "cold wall (s)": together["cold"][0],
+                        "warm wall (s)": together["warm"][0] if "warm" in together else "",
+                    }
+                )
             continue
         for name in names:
             with tempfile.TemporaryDirectory(prefix=f"bench_reproduce_{name}_") as tmp:  # cache and both --out
-                row(name, label, pinned, {what: reproduce_once(name, Path(tmp) / what, Path(tmp) / "cache", platform,
-                                                               pinned, not args.skip_transformers)
-                                          for what in kinds})
+                row(
+                    name,
+                    label,
+                    pinned,
+                    {
+                        what: reproduce_once(
+                            name, Path(tmp) / what, Path(tmp) / "cache", platform, pinned, not args.skip_transformers
+                        )
+                        for what in kinds
+                    },
+                )
     mode = f"--jobs {args.jobs}" if args.jobs else "each paper alone"
-    record("bench_reproduce", rows, variant=" ".join([mode, *names] + ["--skip-transformers"] * args.skip_transformers
-                                                     + [f"{k}={v}" for k, v in settings.items()]))
+    record(
+        "bench_reproduce",
+        rows,
+        variant=" ".join(
+            [mode, *names]
+            + ["--skip-transformers"] * args.skip_transformers
+            + [f"{k}={v}" for k, v in settings.items()]
+        ),
+    )
     if len(args.platforms) == 2:
         a, b = (p or "default" for p in args.platforms)
         print(f"\n| paper | {b} ÷ {a}, cold | {b} ÷ {a}, warm |\n|---|---|---|")

@@ -27,11 +27,11 @@ import time
 import jax
 import jax.numpy as jnp
 import optax
+from results import record
+from timing import median_time
 
 import jaxicl as icl
 from jaxicl.sweep import program_bytes
-from results import record
-from timing import median_time
 
 
 def _bytes(fn, *args) -> float:
@@ -40,10 +40,21 @@ def _bytes(fn, *args) -> float:
 
 
 def _row(kind, n, variant, t_run, t_grad, b_run, b_grad):
-    r = {"kind": kind, "n": n, "variant": variant, "run_s": t_run, "grad_s": t_grad, "grad_over_run": t_grad / t_run,
-         "run_MiB": b_run / 2**20, "grad_MiB": b_grad / 2**20}
-    print(f"{kind:5s} n={n:<6} {variant:12s} run {1e3 * t_run:9.2f} ms  grad {1e3 * t_grad:9.2f} ms  "
-          f"ratio {t_grad / t_run:6.2f}   memory run {r['run_MiB']:8.2f} MiB  grad {r['grad_MiB']:8.2f} MiB", flush=True)
+    r = {
+        "kind": kind,
+        "n": n,
+        "variant": variant,
+        "run_s": t_run,
+        "grad_s": t_grad,
+        "grad_over_run": t_grad / t_run,
+        "run_MiB": b_run / 2**20,
+        "grad_MiB": b_grad / 2**20,
+    }
+    print(
+        f"{kind:5s} n={n:<6} {variant:12s} run {1e3 * t_run:9.2f} ms  grad {1e3 * t_grad:9.2f} ms  "
+        f"ratio {t_grad / t_run:6.2f}   memory run {r['run_MiB']:8.2f} MiB  grad {r['grad_MiB']:8.2f} MiB",
+        flush=True,
+    )
     return r
 
 
@@ -56,16 +67,33 @@ def bench_flow(repeats):
         def outcome(sigma, lam, t1, adjoint):
             task = icl.tasks.LinearRegression(d, N, icl.tasks.FixedCovariance(jnp.diag(lam)))
             m0 = icl.models.LinearSelfAttention.balanced_init(d, sigma, key)
-            return icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, t1, rtol=1e-8, atol=1e-10, n_save=2,
-                                     adjoint=adjoint, max_steps=100_000).losses[-1]
+            return icl.gradient_flow(
+                lambda m: icl.population_loss(m, task),
+                m0,
+                t1,
+                rtol=1e-8,
+                atol=1e-10,
+                n_save=2,
+                adjoint=adjoint,
+                max_steps=100_000,
+            ).losses[-1]
 
         for t1 in (10.0, 100.0, 1000.0):
             run = jax.jit(lambda s, lam, t1=t1: outcome(s, lam, t1, "recursive"))
             t_run, b_run = median_time(run, *at, repeats=repeats), _bytes(run, *at)
             for adjoint in ("recursive", "backsolve"):
                 grad = jax.jit(jax.grad(lambda s, lam, t1=t1, a=adjoint: outcome(s, lam, t1, a), argnums=(0, 1)))
-                rows.append(_row("flow", int(t1), adjoint, t_run, median_time(grad, *at, repeats=repeats), b_run,
-                                 _bytes(grad, *at)))
+                rows.append(
+                    _row(
+                        "flow",
+                        int(t1),
+                        adjoint,
+                        t_run,
+                        median_time(grad, *at, repeats=repeats),
+                        b_run,
+                        _bytes(grad, *at),
+                    )
+                )
     return rows
 
 
@@ -88,8 +116,17 @@ def bench_gd(repeats):
             t_run, b_run = median_time(run, *etas, repeats=repeats), _bytes(run, *etas)
             for checkpoints in (None, 16):
                 grad = jax.jit(jax.grad(lambda a, b, n=n, c=checkpoints: outcome(a, b, n, c), argnums=(0, 1)))
-                rows.append(_row("gd", n, "scan" if checkpoints is None else f"checkpoints={checkpoints}", t_run,
-                                 median_time(grad, *etas, repeats=repeats), b_run, _bytes(grad, *etas)))
+                rows.append(
+                    _row(
+                        "gd",
+                        n,
+                        "scan" if checkpoints is None else f"checkpoints={checkpoints}",
+                        t_run,
+                        median_time(grad, *etas, repeats=repeats),
+                        b_run,
+                        _bytes(grad, *etas),
+                    )
+                )
     return rows
 
 
@@ -102,8 +139,9 @@ def bench_adam(repeats):
     lr = jnp.asarray(3e-3)
 
     def outcome(lr, n, checkpoints):
-        trained, _ = icl.optax_train(batch_loss, model, optax.adam(lr, eps_root=1e-12), n, jax.random.PRNGKey(2),
-                                     checkpoints=checkpoints)
+        trained, _ = icl.optax_train(
+            batch_loss, model, optax.adam(lr, eps_root=1e-12), n, jax.random.PRNGKey(2), checkpoints=checkpoints
+        )
         return icl.losses.sequence_loss(trained, test)
 
     for n in (50, 200, 800):
@@ -111,8 +149,17 @@ def bench_adam(repeats):
         t_run, b_run = median_time(run, lr, repeats=repeats), _bytes(run, lr)
         for checkpoints in (None, 8):
             grad = jax.jit(jax.grad(lambda lr, n=n, c=checkpoints: outcome(lr, n, c)))
-            rows.append(_row("adam", n, "scan" if checkpoints is None else f"checkpoints={checkpoints}", t_run,
-                             median_time(grad, lr, repeats=repeats), b_run, _bytes(grad, lr)))
+            rows.append(
+                _row(
+                    "adam",
+                    n,
+                    "scan" if checkpoints is None else f"checkpoints={checkpoints}",
+                    t_run,
+                    median_time(grad, lr, repeats=repeats),
+                    b_run,
+                    _bytes(grad, lr),
+                )
+            )
     return rows
 
 

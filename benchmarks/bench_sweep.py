@@ -27,11 +27,11 @@ import time
 
 import jax
 import jax.numpy as jnp
+from results import record  # benchmarks/results.py
 
 import jaxicl as icl
 from jaxicl.experiments.lsa_sweep import geometric_covariance
 from jaxicl.losses import lsa_population_loss
-from results import record  # benchmarks/results.py
 
 GRID = {"kappa": [1.0 + i for i in range(10)], "n_context": [5 * (i + 1) for i in range(10)], "seed": list(range(10))}
 GRIDS = {"loss_grad": GRID, "flow": {**GRID, "seed": [0, 1]}}  # flows: 200 points (each takes ~0.1 s)
@@ -80,15 +80,20 @@ def run_sweep(name):
     return icl.sweep(POINTS[name], GRIDS[name], progress=False)
 
 
-_SINGLE = {name: jax.jit(lambda kappa, n_context, seed, f=f: f(kappa, n_context, jax.random.fold_in(jax.random.PRNGKey(0), seed)))
-           for name, f in FUNCS.items()}
+_SINGLE = {
+    name: jax.jit(
+        lambda kappa, n_context, seed, f=f: f(kappa, n_context, jax.random.fold_in(jax.random.PRNGKey(0), seed))
+    )
+    for name, f in FUNCS.items()
+}
 
 
 def run_loop(name):
     """The jitted single point over every ``LOOP_STRIDE[name]``-th grid point, in turn."""
     single = _SINGLE[name]
-    out = [single(jnp.float32(k), jnp.int32(n), jnp.int32(s))
-           for k, n, s in run_loop_points(name)[::LOOP_STRIDE[name]]]
+    out = [
+        single(jnp.float32(k), jnp.int32(n), jnp.int32(s)) for k, n, s in run_loop_points(name)[:: LOOP_STRIDE[name]]
+    ]
     jax.block_until_ready(out)
     return out
 
@@ -111,28 +116,55 @@ def main():
     args = parser.parse_args()
     if args.devices_mode:
         return devices_mode(args.repeats)
-    print(json.dumps({"backend": jax.default_backend(), "jax": jax.__version__, "date": time.strftime("%Y-%m-%d"),
-                      "cpus": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "backend": jax.default_backend(),
+                "jax": jax.__version__,
+                "date": time.strftime("%Y-%m-%d"),
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
     rows = []
     for name in FUNCS:
         reps = args.repeats
         t_sweep = median_time(lambda: run_sweep(name), reps)
         t_loop = median_time(lambda: run_loop(name), reps) * LOOP_STRIDE[name]
         n_pts = len(run_loop_points(name))
-        rows.append({"point": name, "points": n_pts, "sweep seconds": t_sweep, "loop seconds": t_loop,
-                     "loop points timed": n_pts // LOOP_STRIDE[name], "loop ÷ sweep": t_loop / t_sweep})
+        rows.append(
+            {
+                "point": name,
+                "points": n_pts,
+                "sweep seconds": t_sweep,
+                "loop seconds": t_loop,
+                "loop points timed": n_pts // LOOP_STRIDE[name],
+                "loop ÷ sweep": t_loop / t_sweep,
+            }
+        )
         record("bench_sweep", rows)  # after each: a run stopped at a time limit keeps what it measured
         scaled = "" if LOOP_STRIDE[name] == 1 else f" ({n_pts // LOOP_STRIDE[name]} points timed, x{LOOP_STRIDE[name]})"
-        print(f"{name:9s}: {n_pts}-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s"
-              f"{scaled}, ratio {t_loop / t_sweep:.1f}x", flush=True)
+        print(
+            f"{name:9s}: {n_pts}-point sweep {t_sweep:.3f} s, Python loop of jitted single point {t_loop:.3f} s"
+            f"{scaled}, ratio {t_loop / t_sweep:.1f}x",
+            flush=True,
+        )
     devices = []
     for k in () if args.skip_devices or jax.default_backend() != "cpu" else (1, 2, 4):
         env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={k}"}
-        res = subprocess.run([sys.executable, __file__, "--devices-mode", "--repeats", str(args.repeats)],
-                             env=env, capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [sys.executable, __file__, "--devices-mode", "--repeats", str(args.repeats)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         row = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"loss_grad sweep on {k} forced host device(s): {row['seconds']:.3f} s, "
-              f"{row['points_per_second']:.0f} points/s", flush=True)
+        print(
+            f"loss_grad sweep on {k} forced host device(s): {row['seconds']:.3f} s, "
+            f"{row['points_per_second']:.0f} points/s",
+            flush=True,
+        )
         devices.append({"forced host devices": k, "seconds": row["seconds"], "points per s": row["points_per_second"]})
     if devices:
         record("bench_sweep_devices", devices)

@@ -48,15 +48,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from results import record  # benchmarks/results.py
 
 from jaxicl import losses, models, tasks
-from jaxicl.runtime import compilation_cache
 from jaxicl.dynamics import ensemble_size_that_fits, stack_members, step_seconds
 from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.experiments import zhang2023 as Z
-from results import record  # benchmarks/results.py
+from jaxicl.runtime import compilation_cache
 
 train_module = importlib.import_module("jaxicl.dynamics.train")  # the module: jaxicl.dynamics.train is the function
 
@@ -89,10 +89,20 @@ def zhang_case(size):
 
 def yang_case(size):
     tc = Yx.SIZES[size].transformer
-    task = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a,
-                                  Yx.transformer_task(tc, jax.random.PRNGKey(0)))
-    model = models.StandardTransformer(jax.random.PRNGKey(1), tc.d + 1, 1, n_layers=tc.n_layers, d_model=tc.d_model,
-                                       n_heads=tc.heads, d_ff=tc.d_ff, max_len=tc.K)
+    task = jax.tree_util.tree_map(
+        lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a,
+        Yx.transformer_task(tc, jax.random.PRNGKey(0)),
+    )
+    model = models.StandardTransformer(
+        jax.random.PRNGKey(1),
+        tc.d + 1,
+        1,
+        n_layers=tc.n_layers,
+        d_model=tc.d_model,
+        n_heads=tc.heads,
+        d_ff=tc.d_ff,
+        max_len=tc.K,
+    )
     loss = lambda m, k, s: 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))  # noqa: E731
     return loss, model, step_flops(tc.batch, tc.K, tc.d_model, tc.d_ff, tc.n_layers)
 
@@ -123,22 +133,44 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    ap.add_argument("--attention", choices=["auto", "xla"], default="auto",
-                    help="auto: cuDNN fused attention where it applies (GPU, bf16); xla: never")
-    ap.add_argument("--only", default=None, help="run only the configs whose label contains this (_ for a space; several, comma-separated)")
-    ap.add_argument("--unroll", choices=["auto", "on", "off"], default=None,
-                    help="the layer and loop scans: auto unrolls them on accelerators only (default: $JAXICL_UNROLL, "
-                         "else auto)")
-    ap.add_argument("--autotune-level", type=int, default=None,
-                    help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
-                         f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})")
-    ap.add_argument("--ensemble", default="1",
-                    help="train K copies of each model as one vmapped program (train(ensemble=True)) and print the "
-                         "aggregate throughput; 'auto': the largest K whose compiled chunk fits in 75 %% of the "
-                         "device's memory, from one compilation (jaxicl.dynamics.ensemble_size_that_fits); several, "
-                         "comma-separated (1,auto), measure each in one process")
-    ap.add_argument("--peak-tflops", type=float, default=None,
-                    help="the device's peak for the compute dtype, to print the fraction reached")
+    ap.add_argument(
+        "--attention",
+        choices=["auto", "xla"],
+        default="auto",
+        help="auto: cuDNN fused attention where it applies (GPU, bf16); xla: never",
+    )
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="run only the configs whose label contains this (_ for a space; several, comma-separated)",
+    )
+    ap.add_argument(
+        "--unroll",
+        choices=["auto", "on", "off"],
+        default=None,
+        help="the layer and loop scans: auto unrolls them on accelerators only (default: $JAXICL_UNROLL, else auto)",
+    )
+    ap.add_argument(
+        "--autotune-level",
+        type=int,
+        default=None,
+        help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
+        f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})",
+    )
+    ap.add_argument(
+        "--ensemble",
+        default="1",
+        help="train K copies of each model as one vmapped program (train(ensemble=True)) and print the "
+        "aggregate throughput; 'auto': the largest K whose compiled chunk fits in 75 %% of the "
+        "device's memory, from one compilation (jaxicl.dynamics.ensemble_size_that_fits); several, "
+        "comma-separated (1,auto), measure each in one process",
+    )
+    ap.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's peak for the compute dtype, to print the fraction reached",
+    )
     args = ap.parse_args()
     ensembles = args.ensemble.split(",")
     if not all(e == "auto" or (e.isdigit() and int(e) >= 1) for e in ensembles):
@@ -156,12 +188,14 @@ def main():
 
 
 def run_configs(args, compute):
-    print(f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll "
-          f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
-          f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}")
+    print(
+        f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll "
+        f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
+        f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}"
+    )
     rows = []
     only = [o.replace("_", " ") for o in args.only.split(",")] if args.only else None
-    for name in (["quick", "paper"] if args.config == "both" else [args.config]):
+    for name in ["quick", "paper"] if args.config == "both" else [args.config]:
         size = "quick" if name == "quick" else "full"
         chunk = args.chunk or (20 if name == "quick" else 2)
         cases = {f"algoformer {k}": (lambda k=k: algoformer_case(size, k)) for k in A.MODELS}
@@ -173,8 +207,12 @@ def run_configs(args, compute):
             for ensemble in args.ensemble:
                 rows.append(measure(args, compute, name, label, loss, model, flops, chunk, ensemble))
                 # after every row, so that a run stopped at a time limit keeps the rows it measured
-                record("bench_transformer", rows, variant=f"{args.config} {args.dtype} {args.only or 'all'} "
-                                                          f"ensemble {','.join(map(str, args.ensemble))}")
+                record(
+                    "bench_transformer",
+                    rows,
+                    variant=f"{args.config} {args.dtype} {args.only or 'all'} "
+                    f"ensemble {','.join(map(str, args.ensemble))}",
+                )
 
 
 def measure(args, compute, name, label, loss, model, flops, chunk, ensemble):
@@ -189,24 +227,42 @@ def measure(args, compute, name, label, loss, model, flops, chunk, ensemble):
     if members:
         model, flops = stack_members([model] * members), flops * members
     compile_s, mem, fused = compiled_step(loss, model, compute, chunk, members)
-    sec = step_seconds(loss, model, optimizer=optax.adamw(1e-4), chunk=chunk, repeats=args.repeats,
-                       compute_dtype=compute, ensemble=members is not None)
+    sec = step_seconds(
+        loss,
+        model,
+        optimizer=optax.adamw(1e-4),
+        chunk=chunk,
+        repeats=args.repeats,
+        compute_dtype=compute,
+        ensemble=members is not None,
+    )
     peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
     if members:
         label = f"{label} x{members}"
-        print(f"{name:5s} {label:22s} ensemble of {members}: {members / sec:9.2f} member-steps/s in aggregate",
-              flush=True)
-    print(f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
-          f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
-          f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "
-          f"chunk {chunk} x {args.repeats}",
-          flush=True)
-    return {"size": name, "model": label, "dtype": args.dtype, "members": members or 1,
-            "ms per step": 1e3 * sec, "member-steps per s": (members or 1) / sec,
-            "TFLOP/s": flops / sec / 1e12,
-            "share of peak": flops / sec / 1e12 / args.peak_tflops if args.peak_tflops else "",
-            "peak memory (MiB)": mem / 2**20, "fused attention": "yes" if fused else "no",
-            "compile (s)": compile_s, "unrolled": "yes" if models.transformer._unroll() else "no"}
+        print(
+            f"{name:5s} {label:22s} ensemble of {members}: {members / sec:9.2f} member-steps/s in aggregate", flush=True
+        )
+    print(
+        f"{name:5s} {label:22s} {args.dtype:8s}: {1e3 * sec:9.2f} ms/step = {1 / sec:8.2f} steps/s | "
+        f"{flops / 1e9:8.2f} GFLOP/step, {flops / sec / 1e9:8.1f} GFLOP/s{peak} | peak memory "
+        f"{mem / 2**20:8.1f} MiB | fused attention {'yes' if fused else 'no'} | compile {compile_s:6.1f} s | "
+        f"chunk {chunk} x {args.repeats}",
+        flush=True,
+    )
+    return {
+        "size": name,
+        "model": label,
+        "dtype": args.dtype,
+        "members": members or 1,
+        "ms per step": 1e3 * sec,
+        "member-steps per s": (members or 1) / sec,
+        "TFLOP/s": flops / sec / 1e12,
+        "share of peak": flops / sec / 1e12 / args.peak_tflops if args.peak_tflops else "",
+        "peak memory (MiB)": mem / 2**20,
+        "fused attention": "yes" if fused else "no",
+        "compile (s)": compile_s,
+        "unrolled": "yes" if models.transformer._unroll() else "no",
+    }
 
 
 if __name__ == "__main__":

@@ -22,14 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from results import record  # benchmarks/results.py
+from timing import median_time  # benchmarks/timing.py
 
 import jaxicl as icl
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.models import MultiHeadSoftmaxICL
 from jaxicl.runtime.profiling import StageTimer
 from jaxicl.theory import yang as Y
-from results import record  # benchmarks/results.py
-from timing import median_time  # benchmarks/timing.py
 
 
 def step_bench(repeats: int, task64):
@@ -43,14 +43,28 @@ def step_bench(repeats: int, task64):
             m0 = MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), H, cfg.d, cfg.K, dtype=jnp.float32)
             steps = m0.step_sizes(cfg.eta_Q, cfg.eta_w)
             exact = jax.jit(lambda m: icl.gradient_descent(Yx._excess_fn(task, A), m, steps, 10)[1])
-            mc = jax.jit(lambda m: icl.optax_train(lambda mm, k: icl.mc_loss(mm, task, key=k, batch=256), m,
-                                                   optax.sgd(1e-3), 10, jax.random.PRNGKey(1))[1])
+            mc = jax.jit(
+                lambda m: icl.optax_train(
+                    lambda mm, k: icl.mc_loss(mm, task, key=k, batch=256), m, optax.sgd(1e-3), 10, jax.random.PRNGKey(1)
+                )[1]
+            )
             t_exact = median_time(exact, m0, repeats=repeats) / 10
             t_mc = median_time(mc, m0, repeats=repeats) / 10
-            print(f"  H={H:4d}: exact loss {1e3 * t_exact:6.2f} ms/step ({1 / t_exact:6.1f} it/s); Monte Carlo, 256 prompts "
-                  f"{1e3 * t_mc:6.2f} ms/step; ratio {t_mc / t_exact:.2f}x")
-            rows.append({"H": H, "N": cfg.N, "K": cfg.K, "d": cfg.d, "exact loss, ms per step": 1e3 * t_exact,
-                         "Monte Carlo (256 prompts), ms per step": 1e3 * t_mc, "Monte Carlo ÷ exact": t_mc / t_exact})
+            print(
+                f"  H={H:4d}: exact loss {1e3 * t_exact:6.2f} ms/step ({1 / t_exact:6.1f} it/s); Monte Carlo, 256 prompts "
+                f"{1e3 * t_mc:6.2f} ms/step; ratio {t_mc / t_exact:.2f}x"
+            )
+            rows.append(
+                {
+                    "H": H,
+                    "N": cfg.N,
+                    "K": cfg.K,
+                    "d": cfg.d,
+                    "exact loss, ms per step": 1e3 * t_exact,
+                    "Monte Carlo (256 prompts), ms per step": 1e3 * t_mc,
+                    "Monte Carlo ÷ exact": t_mc / t_exact,
+                }
+            )
     record("bench_yang_step", rows)
 
 
@@ -69,19 +83,35 @@ def sweep_bench(task64):
     ex = ds.excess.values[ok]
     reached = np.all(ex <= 2e-3 * ex[:, :1], axis=0)
     conv_step = int(ds.iteration.values[np.argmax(reached)]) if reached.any() else None
-    print(f"Fig. 4 sweep, {n} head counts {[int(h) for h in H]} padded to powers of two, {cfg.fig4_steps} GD steps each (float32):")
-    print(f"  wall time {total:.1f} s in all; after compilation {after_compile:.1f} s ({per_head:.2f} s per head count, "
-          f"{iters / after_compile:.1f} GD iterations/s over the grid)")
+    print(
+        f"Fig. 4 sweep, {n} head counts {[int(h) for h in H]} padded to powers of two, {cfg.fig4_steps} GD steps each (float32):"
+    )
+    print(
+        f"  wall time {total:.1f} s in all; after compilation {after_compile:.1f} s ({per_head:.2f} s per head count, "
+        f"{iters / after_compile:.1f} GD iterations/s over the grid)"
+    )
     print(f"  diverged: H = {H[diverged].tolist()} (predicted by 2/λ_max < η_w: {H[cfg.eta_w > limit].tolist()})")
-    print(f"  every stable H >= N at Δ/Δ(0) < 2e-3 from step {conv_step}; Δ(T)/Δ(0) = "
-          + ", ".join(f"H={h}: {r:.2g}" for h, r in zip(H, ratio)))
+    print(
+        f"  every stable H >= N at Δ/Δ(0) < 2e-3 from step {conv_step}; Δ(T)/Δ(0) = "
+        + ", ".join(f"H={h}: {r:.2g}" for h, r in zip(H, ratio))
+    )
     if conv_step:
         print(f"  time to that convergence after compilation: {after_compile * conv_step / cfg.fig4_steps:.1f} s")
-    record("bench_yang_sweep", [{"head counts": n, "largest H": int(max(H)), "GD steps": cfg.fig4_steps,
-                                 "seconds (compilation included)": total, "seconds after compilation": after_compile,
-                                 "GD iterations per s": iters / after_compile,
-                                 "converged (Δ/Δ(0) < 2e-3) at step": conv_step if conv_step else "not reached",
-                                 "diverged H": " ".join(str(int(h)) for h in H[diverged]) or "none"}])
+    record(
+        "bench_yang_sweep",
+        [
+            {
+                "head counts": n,
+                "largest H": int(max(H)),
+                "GD steps": cfg.fig4_steps,
+                "seconds (compilation included)": total,
+                "seconds after compilation": after_compile,
+                "GD iterations per s": iters / after_compile,
+                "converged (Δ/Δ(0) < 2e-3) at step": conv_step if conv_step else "not reached",
+                "diverged H": " ".join(str(int(h)) for h in H[diverged]) or "none",
+            }
+        ],
+    )
 
 
 def main():

@@ -17,6 +17,7 @@ MARK = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 def latest(bench: str, results: Path = RESULTS) -> list[dict]:
     """The newest result of each machine and variant for ``bench`` (by its time of measurement), in alphabetical
     order of machine, then variant."""
+
     def when(result):
         return result.get("time") or result["date"]
 

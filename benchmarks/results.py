@@ -34,8 +34,13 @@ def _commit() -> str:
     if os.environ.get(COMMIT):
         return os.environ[COMMIT]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -49,18 +54,25 @@ def machine() -> dict:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     backend = jax.default_backend()
     kind = jax.devices()[0].device_kind if backend != "cpu" else None
-    return {"machine": f"{kind} ({cores} CPU cores)" if kind else f"{cores}-core {_cpu_model()}", "backend": backend,
-            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
-            "commit": _commit(), "date": datetime.date.today().isoformat(),
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "machine": f"{kind} ({cores} CPU cores)" if kind else f"{cores}-core {_cpu_model()}",
+        "backend": backend,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "python": platform.python_version(),
+        "commit": _commit(),
+        "date": datetime.date.today().isoformat(),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
-def record(bench: str, rows: list[dict], *, variant: str = "", where: dict | None = None,
-           results: Path | None = None) -> Path:
+def record(
+    bench: str, rows: list[dict], *, variant: str = "", where: dict | None = None, results: Path | None = None
+) -> Path:
     """Write ``rows`` (a list of flat dicts: the numbers, with the columns that say what each is) as one result of the
     benchmark ``bench``, with `machine`'s description (or ``where``); returns the file. ``variant`` names what one
     command of a benchmark that several commands share measured (bench_transformer's model, size and dtype): the

@@ -116,8 +116,10 @@ def exclusive_output(directory, what: str = "--out"):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-            raise OutputInUse(f"{what} {directory} is in use by another jaxicl run ({holder}): wait for it to end, or "
-                              f"give this run another {what}.") from None
+            raise OutputInUse(
+                f"{what} {directory} is in use by another jaxicl run ({holder}): wait for it to end, or "
+                f"give this run another {what}."
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"process {os.getpid()}: {' '.join(sys.argv)}".encode(), 0)
         yield

@@ -33,8 +33,16 @@ def integer(name: str, value, low: int | None = 1, high: int | None = None) -> i
     return value
 
 
-def real(name: str, value, *, gt: float | None = None, ge: float | None = None, finite: bool = True,
-         scalar: bool = True, why: str = ""):
+def real(
+    name: str,
+    value,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    finite: bool = True,
+    scalar: bool = True,
+    why: str = "",
+):
     """``value`` unchanged, after checking that it is one (``scalar``), or every entry of a non-empty array of it is
     a, finite (``finite``) real number ``> gt`` / ``>= ge`` (``why``, e.g. " (a condition number)", follows the bound
     in the error). Traced values pass unchecked (see the module's docstring)."""
@@ -48,8 +56,9 @@ def real(name: str, value, *, gt: float | None = None, ge: float | None = None, 
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).") from None
     shown = value if arr.ndim == 0 else f"{arr.tolist()}"
     if (scalar and arr.ndim != 0) or arr.size == 0:
-        raise TypeError(f"{name} must be a real number{'' if scalar else ' or a non-empty array of them'}, got "
-                        f"{shown}.")
+        raise TypeError(
+            f"{name} must be a real number{'' if scalar else ' or a non-empty array of them'}, got {shown}."
+        )
     if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite, got {shown}.")
     if np.any(np.isnan(arr)):

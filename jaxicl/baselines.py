@@ -69,8 +69,9 @@ def _spectral_bound(S):
     return jnp.sqrt(jnp.sum(S**2, axis=(-2, -1)))
 
 
-def gradient_descent_steps(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_steps: int, eta=None
-                           ) -> Float[Array, "k N m"]:
+def gradient_descent_steps(
+    xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_steps: int, eta=None
+) -> Float[Array, "k N m"]:
     """W_{t+1} = W_t − η X_{<i}ᵀ(X_{<i} W_t − Y_{<i}) / n_i from W_0 = 0, t = 1…k, on every prefix. Default
     η = 1/‖S_i/n_i‖_F ≤ 1/λ_max (a safe step without an eigendecomposition)."""
     Xp, n = _prefixes(xs)
@@ -88,8 +89,7 @@ def gradient_descent_steps(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_s
     return _predict(Ws, xs)
 
 
-def newton_steps(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_steps: int, alpha=None
-                 ) -> Float[Array, "k N m"]:
+def newton_steps(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_steps: int, alpha=None) -> Float[Array, "k N m"]:
     """Newton–Schulz iteration of AlgoFormer eq. (4) on every prefix, predictions after t = 1…k steps.
     Default α = 1/‖S‖_F² ≤ 1/‖SSᵀ‖₂ (inside eq. 4's range (0, 2/‖SSᵀ‖₂]); M_k → S⁺, so W_k → OLS."""
     Xp, _ = _prefixes(xs)

@@ -61,8 +61,10 @@ def _overrides(args, names: list[str]) -> dict | None:
     if not args.set and not args.config:
         return None
     if len(names) != 1:
-        raise settings.SettingsError("--set and --config change one paper's settings: name that paper "
-                                     "(e.g. `jaxicl reproduce gatmiry2024 --set kappas=[2,16,64]`).")
+        raise settings.SettingsError(
+            "--set and --config change one paper's settings: name that paper "
+            "(e.g. `jaxicl reproduce gatmiry2024 --set kappas=[2,16,64]`)."
+        )
     values = dict(settings.read_file(args.config)) if args.config else {}
     values.update(settings.parse_assignment(a) for a in args.set or ())
     return {names[0]: values}
@@ -75,14 +77,16 @@ def _cmd_reproduce(args) -> int:
     names = args.names or available()
     unknown = [n for n in names if n not in available()]
     if unknown:
-        print(f"jaxicl: unknown reproduction {', '.join(unknown)}; available: {', '.join(available())}",
-              file=sys.stderr)
+        print(
+            f"jaxicl: unknown reproduction {', '.join(unknown)}; available: {', '.join(available())}", file=sys.stderr
+        )
         return 2
     size = "full" if args.full else "quick"
     try:  # every setting checked before any work
         overrides = _overrides(args, names)
-        configs = effective_settings(_modules(names, not args.skip_transformers), size, overrides,
-                                     not args.skip_transformers)
+        configs = effective_settings(
+            _modules(names, not args.skip_transformers), size, overrides, not args.skip_transformers
+        )
     except SettingsError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2
@@ -121,12 +125,23 @@ def _reproduce_here(args, names, size, overrides, configs, child: bool) -> int:
     if args.part is not None:  # one part of a paper, in a --jobs run's process: its parent assembles the paper
         return _reproduce_part(args, names, size, overrides)
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
-    in_process = not child and (args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers, configs))
+    in_process = not child and (
+        args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers, configs)
+    )
     with watchdog.watching() if in_process else contextlib.nullcontext():
-        results = reproduce(names, size=size, out=args.out,
-                            progress=args.progress or (sys.stderr.isatty() and not child), budget_minutes=args.budget,
-                            transformers=not args.skip_transformers, jobs=args.jobs, write_report=not child,
-                            overrides=overrides, plan=args.plan, record_times=True)
+        results = reproduce(
+            names,
+            size=size,
+            out=args.out,
+            progress=args.progress or (sys.stderr.isatty() and not child),
+            budget_minutes=args.budget,
+            transformers=not args.skip_transformers,
+            jobs=args.jobs,
+            write_report=not child,
+            overrides=overrides,
+            plan=args.plan,
+            record_times=True,
+        )
     if child:
         _write_result(args.result_file, results)
     report = Path(args.out) / "report.md"
@@ -139,11 +154,16 @@ def _reproduce_here(args, names, size, overrides, configs, child: bool) -> int:
         return 1
     partial = [r.name for r in results if not r.complete]
     if partial and args.plan:
-        print("[jaxicl] --plan: the plan is in the report; the figures are drawn from the few steps measured",
-              file=sys.stderr)
+        print(
+            "[jaxicl] --plan: the plan is in the report; the figures are drawn from the few steps measured",
+            file=sys.stderr,
+        )
     elif partial:
-        print(f"[jaxicl] training unfinished in {', '.join(partial)} (budget reached): run the same command again to "
-              "resume", file=sys.stderr)
+        print(
+            f"[jaxicl] training unfinished in {', '.join(partial)} (budget reached): run the same command again to "
+            "resume",
+            file=sys.stderr,
+        )
         return 3
     return 0
 
@@ -165,8 +185,15 @@ def _reproduce_part(args, names: list[str], size: str, overrides: dict | None = 
         print("jaxicl: --part takes one paper and a --result-file", file=sys.stderr)
         return 2
     try:
-        results = reproduce_part(names[0], args.part, size=size, out=args.out, progress=args.progress,
-                                 budget_minutes=args.budget, overrides=(overrides or {}).get(names[0]))
+        results = reproduce_part(
+            names[0],
+            args.part,
+            size=size,
+            out=args.out,
+            progress=args.progress,
+            budget_minutes=args.budget,
+            overrides=(overrides or {}).get(names[0]),
+        )
     except ValueError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2
@@ -192,8 +219,14 @@ def _cmd_stage_sweep(args) -> int:
         writable_directory(args.out, "--out")
         with exclusive_output(args.out):  # one writer per --out
             _use_cache(args)
-            ds = sweep_stage(args.stage, grid, "full" if args.full else "quick", overrides, args.out,
-                             progress=args.progress or sys.stderr.isatty())
+            ds = sweep_stage(
+                args.stage,
+                grid,
+                "full" if args.full else "quick",
+                overrides,
+                args.out,
+                progress=args.progress or sys.stderr.isatty(),
+            )
     except (settings.SettingsError, ValueError) as e:  # OutputInUse among them
         print(f"jaxicl sweep: {e}", file=sys.stderr)
         return 2
@@ -212,8 +245,10 @@ def _cmd_sweep(args) -> int:
     if args.stage or args.list_stages:
         return _cmd_stage_sweep(args)
     if args.config is None:
-        print("jaxicl sweep: give a TOML file, or --stage PAPER:STAGE --grid SETTING=[...] (--list-stages)",
-              file=sys.stderr)
+        print(
+            "jaxicl sweep: give a TOML file, or --stage PAPER:STAGE --grid SETTING=[...] (--list-stages)",
+            file=sys.stderr,
+        )
         return 2
     _use_cache(args)
     try:
@@ -232,15 +267,23 @@ def _cmd_sweep(args) -> int:
 
 
 def _add_device_option(p) -> None:
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default=None,
-                   help="where work runs (jaxicl.runtime.placement): auto (default) puts sequential small work (flows, closed "
-                        "forms, checks) on the host CPU and training, sweeps and large Monte Carlo on the accelerator; "
-                        "cpu or gpu put everything there (default: $JAXICL_DEVICE, else auto)")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "gpu"),
+        default=None,
+        help="where work runs (jaxicl.runtime.placement): auto (default) puts sequential small work (flows, closed "
+        "forms, checks) on the host CPU and training, sweeps and large Monte Carlo on the accelerator; "
+        "cpu or gpu put everything there (default: $JAXICL_DEVICE, else auto)",
+    )
 
 
 def _add_cache_options(p) -> None:
-    p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="persistent XLA compilation cache (default: $JAXICL_CACHE_DIR or ~/.cache/jaxicl/xla)")
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="persistent XLA compilation cache (default: $JAXICL_CACHE_DIR or ~/.cache/jaxicl/xla)",
+    )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the persistent compilation cache")
 
 
@@ -255,25 +298,51 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quick", action="store_true", help="quick size (default): minutes on a 2-core CPU")
     g.add_argument("--full", action="store_true", help="the papers' sizes (long; GPU recommended)")
     p.add_argument("--out", default="jaxicl-report", help="output directory (default: ./jaxicl-report)")
-    p.add_argument("--progress", action="store_true",
-                   help="print per-stage timings (compile vs run, XLA programs) and solver/training progress")
-    p.add_argument("--budget", type=float, default=None, metavar="MINUTES",
-                   help="wall clock for this call: transformer training stops at it, checkpointed; run the same "
-                        "command again to resume (exit status 3 while unfinished)")
-    p.add_argument("--plan", action="store_true",
-                   help="measure every transformer training run on a few steps and print (and write into report.md) "
-                        "models × steps, step time, ETA and the --budget slices it would take; trains nothing more. "
-                        "Runs the papers one after another (--jobs is ignored)")
-    p.add_argument("--skip-transformers", action="store_true",
-                   help="leave out the figures that train softmax transformers (Zhang Fig. 1, Yang Figs. 2(b)/5, "
-                        "AlgoFormer): the theory and the linear models only")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run up to N papers at once, each in its own process (default 1); the report is the same")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="change one setting of the paper named (a TOML value: --set kappas=[2,16,64] --set d=20); "
-                        "`jaxicl config NAME` lists them")
-    p.add_argument("--config", metavar="FILE", help="settings from a TOML file (as `jaxicl config NAME` prints); "
-                                                     "--set wins over it")
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="print per-stage timings (compile vs run, XLA programs) and solver/training progress",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="wall clock for this call: transformer training stops at it, checkpointed; run the same "
+        "command again to resume (exit status 3 while unfinished)",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="measure every transformer training run on a few steps and print (and write into report.md) "
+        "models × steps, step time, ETA and the --budget slices it would take; trains nothing more. "
+        "Runs the papers one after another (--jobs is ignored)",
+    )
+    p.add_argument(
+        "--skip-transformers",
+        action="store_true",
+        help="leave out the figures that train softmax transformers (Zhang Fig. 1, Yang Figs. 2(b)/5, "
+        "AlgoFormer): the theory and the linear models only",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run up to N papers at once, each in its own process (default 1); the report is the same",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change one setting of the paper named (a TOML value: --set kappas=[2,16,64] --set d=20); "
+        "`jaxicl config NAME` lists them",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="settings from a TOML file (as `jaxicl config NAME` prints); --set wins over it",
+    )
     p.add_argument("--result-file", default=None, help=argparse.SUPPRESS)  # a --jobs parent's per-paper process
     p.add_argument("--results-into", default=None, help=argparse.SUPPRESS)  # ... writes into its parent's staging
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # a --jobs parent's process for part of a paper
@@ -287,19 +356,30 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quick", action="store_true", help="the quick size's settings (default)")
     g.add_argument("--full", action="store_true", help="the paper's size")
     p.set_defaults(func=_cmd_config)
-    p = sub.add_parser("sweep", help="run a sweep described in a TOML file (see jaxicl.sweep_config), or a "
-                                     "reproduction's stage over a grid of its settings (--stage)")
+    p = sub.add_parser(
+        "sweep",
+        help="run a sweep described in a TOML file (see jaxicl.sweep_config), or a "
+        "reproduction's stage over a grid of its settings (--stage)",
+    )
     p.add_argument("config", nargs="?", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
-    p.add_argument("--stage", metavar="PAPER:STAGE", help="a reproduction's stage to run at every grid point "
-                                                          "(--list-stages lists them)")
-    p.add_argument("--grid", action="append", metavar="SETTING=[V1,V2,...]",
-                   help="with --stage: one axis of the grid over the paper's scalar settings (repeat for more)")
+    p.add_argument(
+        "--stage",
+        metavar="PAPER:STAGE",
+        help="a reproduction's stage to run at every grid point (--list-stages lists them)",
+    )
+    p.add_argument(
+        "--grid",
+        action="append",
+        metavar="SETTING=[V1,V2,...]",
+        help="with --stage: one axis of the grid over the paper's scalar settings (repeat for more)",
+    )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --stage: a setting for every point")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="with --stage: from the quick settings (default)")
     g.add_argument("--full", action="store_true", help="with --stage: from the papers' settings")
-    p.add_argument("--out", default="jaxicl-sweep", help="with --stage: output directory, resumable (default: "
-                                                         "./jaxicl-sweep)")
+    p.add_argument(
+        "--out", default="jaxicl-sweep", help="with --stage: output directory, resumable (default: ./jaxicl-sweep)"
+    )
     p.add_argument("--list-stages", action="store_true", help="list the stages --stage can run")
     p.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")
     _add_cache_options(p)
@@ -348,9 +428,12 @@ def _known_errors_as_messages(func, args) -> int:
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        print(f"jaxicl: no space left on the disk writing {e.filename or 'a result'}: free some space and run the same "
-              "command again (finished papers, checkpoints and sweep chunks are kept; partly written files are not: "
-              "every result is written to a temporary file first)", file=sys.stderr)
+        print(
+            f"jaxicl: no space left on the disk writing {e.filename or 'a result'}: free some space and run the same "
+            "command again (finished papers, checkpoints and sweep chunks are kept; partly written files are not: "
+            "every result is written to a temporary file first)",
+            file=sys.stderr,
+        )
         return 1
 
 

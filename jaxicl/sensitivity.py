@@ -43,9 +43,11 @@ def _real_arguments(at: Mapping) -> dict:
             raise TypeError(
                 f"cannot differentiate with respect to {name!r} = {value!r}: it is {kind}-valued "
                 f"({np.dtype(dtype).name}). A "
-                f"derivative needs a real argument: pass {name}={float(np.asarray(value)) if np.ndim(value) == 0 else 'an array of floats'}"
+                f"derivative needs a real argument: pass "
+                f"{name}={float(np.asarray(value)) if np.ndim(value) == 0 else 'an array of floats'}"
                 " where the outcome treats it as continuous (e.g. a context length N entering a closed form), or "
-                "vary a real parameter instead.")
+                "vary a real parameter instead."
+            )
         out[name] = jnp.asarray(value)
     return out
 

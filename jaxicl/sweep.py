@@ -41,8 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .runtime import placement
 from ._io import atomic_output, atomic_write_text, writable_directory
+from .runtime import placement
 
 __all__ = ["sweep", "flatten_grid", "SweepConfigError", "ResumeWarning"]
 
@@ -60,8 +60,9 @@ def _axis_values(name, values) -> np.ndarray:
         for i, v in enumerate(values):
             if np.ndim(v) != 0:
                 raise SweepConfigError(f"grid axis {name!r} must be a flat list of numbers: entry {i} is {v!r}.")
-            if not isinstance(v, (numbers.Real, np.number, np.bool_)) or (isinstance(v, (bool, np.bool_))
-                                                                           and not all_bool):
+            if not isinstance(v, (numbers.Real, np.number, np.bool_)) or (
+                isinstance(v, (bool, np.bool_)) and not all_bool
+            ):
                 raise SweepConfigError(f"grid axis {name!r} must hold numbers: entry {i} is {v!r}.")
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -88,8 +89,10 @@ def _check_fits(what: str, need: int, limit: int | None) -> None:
     allowed = "allowed" if limit is not None else "allowed (half of this machine's memory)"
     limit = int(0.5 * host_memory_bytes()) if limit is None else limit
     if need > limit:
-        raise SweepConfigError(f"{what} need {need / 2**30:.3g} GiB, more than the {limit / 2**30:.3g} GiB {allowed}: "
-                               "use fewer or shorter axes, or split the grid into several sweeps.")
+        raise SweepConfigError(
+            f"{what} need {need / 2**30:.3g} GiB, more than the {limit / 2**30:.3g} GiB {allowed}: "
+            "use fewer or shorter axes, or split the grid into several sweeps."
+        )
 
 
 def _grid_axes(grid: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -107,8 +110,9 @@ def _points(axes: Mapping[str, np.ndarray], index: np.ndarray) -> dict[str, np.n
     return {name: vals[i] for (name, vals), i in zip(axes.items(), idx)}
 
 
-def flatten_grid(grid: Mapping[str, Any], max_bytes: int | None = None
-                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def flatten_grid(
+    grid: Mapping[str, Any], max_bytes: int | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(axes, points): each axis's values, and each axis's value at every point of the product
     (C order: the last axis varies fastest). The grid's size is checked before the points are built: they may
     use at most ``max_bytes`` (default: half of this machine's memory). `sweep` never builds them all: it
@@ -116,8 +120,11 @@ def flatten_grid(grid: Mapping[str, Any], max_bytes: int | None = None
     axes = _grid_axes(grid)
     n_points = math.prod(v.size for v in axes.values())
     shape = " x ".join(str(v.size) for v in axes.values())
-    _check_fits(f"the grid's {n_points:,} points ({shape})",
-                n_points * sum(v.dtype.itemsize + 8 for v in axes.values()), max_bytes)
+    _check_fits(
+        f"the grid's {n_points:,} points ({shape})",
+        n_points * sum(v.dtype.itemsize + 8 for v in axes.values()),
+        max_bytes,
+    )
     return axes, _points(axes, np.arange(n_points))
 
 
@@ -164,7 +171,8 @@ def _prepare_out(out: Path, fingerprint: dict) -> int | None:
     except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError):
         raise SweepConfigError(
             f"{cfg} is unreadable or not a sweep's config.json (truncated or overwritten?). Delete {out} to start the "
-            "sweep over, or use another `out` directory.") from None
+            "sweep over, or use another `out` directory."
+        ) from None
     new = json.loads(json.dumps(fingerprint))  # the same normalisation (tuples -> lists) as on disk
     if old != new:
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
@@ -188,8 +196,13 @@ def _config_digest(fingerprint: dict, chunk_points: int) -> str:
 def _save_chunk(path: Path, names: list[str], leaves: list, lo: int, hi: int, digest: str) -> None:
     """A chunk file: its outputs, the grid positions ``[lo, hi)`` it holds and the digest of its sweep's config."""
     with atomic_output(path, ".npz") as tmp:
-        np.savez(tmp, names=json.dumps(names), positions=np.array([lo, hi]), config=digest,
-                 **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)})
+        np.savez(
+            tmp,
+            names=json.dumps(names),
+            positions=np.array([lo, hi]),
+            config=digest,
+            **{f"leaf_{i}": leaf for i, leaf in enumerate(leaves)},
+        )
 
 
 def _load_chunk(path: Path, lo: int, hi: int, digest: str, chunk_size: int, like: tuple | None):
@@ -283,8 +296,11 @@ def _batched(run_fn, takes_key: bool, devices: tuple):
         return run_fn(**kwargs)
 
     sharding = _point_sharding(devices)
-    return jax.jit(jax.vmap(one_point, in_axes=(0, None)), in_shardings=(sharding, _point_sharding(devices, ())),
-                   out_shardings=sharding)
+    return jax.jit(
+        jax.vmap(one_point, in_axes=(0, None)),
+        in_shardings=(sharding, _point_sharding(devices, ())),
+        out_shardings=sharding,
+    )
 
 
 def _compiled(run_fn, takes_key: bool, devices: tuple, dtypes: tuple, chunk_size: int, base_key):
@@ -318,7 +334,8 @@ def _fitting_chunk(run_fn, takes_key, devices, dtypes, chunk_size, base_key, bud
     if need > budget:
         raise SweepConfigError(
             f"one point per device needs {need / 2**30:.2f} GiB, more than the memory budget of "
-            f"{budget / 2**30:.2f} GiB: reduce the work per point (batch, steps recorded) or raise memory_budget.")
+            f"{budget / 2**30:.2f} GiB: reduce the work per point (batch, steps recorded) or raise memory_budget."
+        )
     return chunk_size, fn
 
 
@@ -362,9 +379,7 @@ def sweep(
     """
     import xarray as xr
 
-    from . import __version__
-
-    from . import _validate
+    from . import __version__, _validate
 
     if not callable(run_fn):
         raise TypeError(f"run_fn must be a function of one grid point, got {run_fn!r}.")
@@ -390,11 +405,14 @@ def sweep(
         raise SweepConfigError(f"run_fn has no argument for grid axis(es) {missing}.")
     if takes_key and "seed" not in axes:
         raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
-    base_key = jax.device_put(jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made
-                              _point_sharding(tuple(devices), ()))
+    base_key = jax.device_put(
+        jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made
+        _point_sharding(tuple(devices), ()),
+    )
     budget = device_memory_budget(devices[0]) if memory_budget is None else int(memory_budget)
 
     sharding = _point_sharding(tuple(devices))
+
     def as_jax_dtype(v):
         return v.astype(np.int32) if v.dtype.kind in "iu" else v.astype(jnp.result_type(float))
 
@@ -403,8 +421,7 @@ def sweep(
         idx = np.minimum(np.arange(lo, lo + chunk_size), n_points - 1)  # pad by repeating the last point
         local = {k: as_jax_dtype(v) for k, v in _points(axes, idx).items()}
         return {
-            k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
-            for k, v in local.items()
+            k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in local.items()
         }
 
     def gather(tree):
@@ -421,19 +438,27 @@ def sweep(
     def check_outputs_fit(chunk_bytes: int) -> None:  # from the compiled program, or the first chunk read back
         point_bytes = chunk_bytes // chunk_size
         shape = " x ".join(str(v.size) for v in axes.values())
-        _check_fits(f"the outputs of the grid's {n_points:,} points ({shape}; {point_bytes:,} bytes each, gathered on "
-                    "the host and stacked)", 2 * n_points * point_bytes, None)
+        _check_fits(
+            f"the outputs of the grid's {n_points:,} points ({shape}; {point_bytes:,} bytes each, gathered on "
+            "the host and stacked)",
+            2 * n_points * point_bytes,
+            None,
+        )
+
     stored_chunk_size = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
     program, outputs_checked = None, False
     if stored_chunk_size is not None:  # resuming: the chunks on disk fix the chunk size
         chunk_size = stored_chunk_size
     else:
         chunk_size, program = _fitting_chunk(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key, budget)
-        check_outputs_fit(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize
-                              for x in jax.tree_util.tree_leaves(program.out_info)))
+        check_outputs_fit(
+            sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(program.out_info))
+        )
         outputs_checked = True
         if out_dir is not None and jax.process_index() == 0:
-            atomic_write_text(out_dir / "config.json", json.dumps({**fingerprint, "chunk_points": chunk_size}, indent=1))
+            atomic_write_text(
+                out_dir / "config.json", json.dumps({**fingerprint, "chunk_points": chunk_size}, indent=1)
+            )
     n_chunks = -(-n_points // chunk_size)
     digest = _config_digest(fingerprint, chunk_size)
 
@@ -478,7 +503,9 @@ def sweep(
         arr = arr.reshape(shape + arr.shape[1:])
         extra = tuple(output_dims.get(name, tuple(f"{name}_{i}" for i in range(arr.ndim - len(shape)))))
         if len(extra) != arr.ndim - len(shape):
-            raise SweepConfigError(f"output_dims[{name!r}] = {extra} but the output has {arr.ndim - len(shape)} own dims.")
+            raise SweepConfigError(
+                f"output_dims[{name!r}] = {extra} but the output has {arr.ndim - len(shape)} own dims."
+            )
         data_vars[name] = (tuple(axes) + extra, arr)
     attrs = {
         "config": json.dumps(fingerprint),

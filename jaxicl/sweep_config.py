@@ -138,6 +138,10 @@ def as_stage(cfg: dict) -> tuple[dict, dict, str]:
     """A validated config as the stage sweep ``lsa:flow`` takes it (`jaxicl.experiments.stage_sweep`): (its grid,
     its other settings as overrides of ``jaxicl.experiments.lsa_sweep.Config``, the output directory)."""
     sigma = cfg["model"]["sigma"]
-    overrides = {**cfg["task"], **cfg["dynamics"], "sigma": 0.0 if sigma == "auto" else sigma,
-                 "chunk_size": cfg["outputs"]["chunk_size"]}
+    overrides = {
+        **cfg["task"],
+        **cfg["dynamics"],
+        "sigma": 0.0 if sigma == "auto" else sigma,
+        "chunk_size": cfg["outputs"]["chunk_size"],
+    }
     return dict(cfg["grid"]), overrides, cfg["outputs"]["dir"]

@@ -30,8 +30,11 @@ def execute(path: Path) -> None:
 
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    nb.metadata["jaxicl"] = {"source_sha256": source_hash(nb), "executed": datetime.date.today().isoformat(),
-                             "jax": jax.__version__}
+    nb.metadata["jaxicl"] = {
+        "source_sha256": source_hash(nb),
+        "executed": datetime.date.today().isoformat(),
+        "jax": jax.__version__,
+    }
     for cell in nb.cells:  # execution counts and timings change on every run: not kept
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)

@@ -26,6 +26,7 @@ def _file(name: str, text: str | bytes):
         path = cwd / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
     return make
 
 
@@ -67,8 +68,12 @@ CASES = [
     ("set nested key of a flat one", ["reproduce", R, "--set", "d.x=3"], 2, None),
     ("set on two papers", ["reproduce", R, G, "--set", "seed=1"], 2, None),
     ("set on every paper", ["reproduce", "--set", "seed=1"], 2, None),
-    ("set a transformer setting while skipped", ["reproduce", R, "--skip-transformers", "--set", "gpt2.steps=2"], 2,
-     None),
+    (
+        "set a transformer setting while skipped",
+        ["reproduce", R, "--skip-transformers", "--set", "gpt2.steps=2"],
+        2,
+        None,
+    ),
     # --set: values outside each paper's domain
     ("zhang d list", ["reproduce", R, "--set", "d=[1,2]"], 2, None),
     ("zhang d real", ["reproduce", R, "--set", "d=3.5"], 2, None),
@@ -143,8 +148,12 @@ CASES = [
     ("config unknown table", ["reproduce", R, "--config", "c.toml"], 2, _file("c.toml", "[gpt3]\nsteps = 3\n")),
     ("config bad nested value", ["reproduce", R, "--config", "c.toml"], 2, _file("c.toml", "[gpt2]\nsteps = -3\n")),
     ("config on two papers", ["reproduce", R, G, "--config", "c.toml"], 2, _file("c.toml", "seed = 1\n")),
-    ("config bad, set another", ["reproduce", G, "--config", "c.toml", "--set", "d=8"], 2,
-     _file("c.toml", "eps = 2.0\n")),
+    (
+        "config bad, set another",
+        ["reproduce", G, "--config", "c.toml", "--set", "d=8"],
+        2,
+        _file("c.toml", "eps = 2.0\n"),
+    ),
     # --out
     ("out is a file", ["reproduce", G, "--out", "f"], 2, _file("f", "x")),
     ("out under a file", ["reproduce", G, "--out", "f/sub"], 2, _file("f", "x")),
@@ -153,8 +162,20 @@ CASES = [
     ("stage unknown", SWEEP[:2] + ["lsa:nosuch", "--grid", "kappa=[2]"], 2, None),
     ("stage without colon", SWEEP[:2] + ["lsa", "--grid", "kappa=[2]"], 2, None),
     ("stage without a grid", SWEEP, 2, None),
-    ("grid of 64M points", SWEEP + ["--grid", f"kappa={list(range(1, 401))}", "--grid",
-                                    f"d={list(range(1, 401))}", "--grid", f"N={list(range(1, 401))}"], 2, None),
+    (
+        "grid of 64M points",
+        SWEEP
+        + [
+            "--grid",
+            f"kappa={list(range(1, 401))}",
+            "--grid",
+            f"d={list(range(1, 401))}",
+            "--grid",
+            f"N={list(range(1, 401))}",
+        ],
+        2,
+        None,
+    ),
     ("grid duplicates", SWEEP + ["--grid", "kappa=[2,2]"], 2, None),
     ("grid duplicates as reals", SWEEP + ["--grid", "eps=[1e-6,1e-6]"], 2, None),
     ("grid empty", SWEEP + ["--grid", "kappa=[]"], 2, None),
@@ -192,16 +213,37 @@ def test_the_command_line_under_attack(case, args, status, setup, tmp_path):
     holder = None
     if case == "out in use":
         (tmp_path / "o").mkdir()
-        holder = subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; from jaxicl._io import exclusive_output\n"
-            "with exclusive_output(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)"), str(tmp_path / "o")],
-            stdout=subprocess.PIPE, text=True)
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                (
+                    "import sys, time; from jaxicl._io import exclusive_output\n"
+                    "with exclusive_output(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)"
+                ),
+                str(tmp_path / "o"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert holder.stdout.readline().strip() == "held"
     try:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-P", "-m", "jaxicl.cli", *args, *(
-            ["--no-cache"] if args[:1] == ["reproduce"] or args[1:2] == ["--stage"] else [])],
-            cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT, env=_env())
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "jaxicl.cli",
+                *args,
+                *(["--no-cache"] if args[:1] == ["reproduce"] or args[1:2] == ["--stage"] else []),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=LIMIT,
+            env=_env(),
+        )
         seconds = time.perf_counter() - t0
     finally:
         if holder is not None:

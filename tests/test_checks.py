@@ -16,8 +16,7 @@ import pytest
 import xarray as xr
 
 from jaxicl.experiments import report
-from jaxicl.experiments.report import mark_partial
-from jaxicl.experiments.report import Check, count_verdicts, headline, mc_check, mc_power, paper_claim
+from jaxicl.experiments.report import Check, count_verdicts, headline, mark_partial, mc_check, mc_power, paper_claim
 
 
 def verdicts(checks, part: str) -> list[str]:
@@ -62,21 +61,45 @@ def assert_all_asserted_pass(checks, n_asserted: int) -> None:
 
 # --- the verdicts themselves ----------------------------------------------------------------------------------
 def test_the_verdicts_and_the_headline_that_counts_them():  # "not applicable": tests/test_settings.py
-    rows = [Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None),
-            paper_claim("c", "", "", "", False, assert_if=False, reason="300 steps (paper: 500k)", margin="-3.0 %",
-                        asserted_at="--claims"),
-            paper_claim("d", "", "", "", True, assert_if=False, reason="300 steps", margin="+12.0 %",
-                        asserted_at="--claims"),
-            paper_claim("e", "", "", "", False, assert_if=True),
-            Check("f", "", "", "", True, kind="formulas"), Check("g", "", "", "", False, kind="formulas")]
+    rows = [
+        Check("a", "", "", "", True),
+        Check("b", "", "", "", False),
+        Check("m", "", "", "", None),
+        paper_claim(
+            "c",
+            "",
+            "",
+            "",
+            False,
+            assert_if=False,
+            reason="300 steps (paper: 500k)",
+            margin="-3.0 %",
+            asserted_at="--claims",
+        ),
+        paper_claim(
+            "d", "", "", "", True, assert_if=False, reason="300 steps", margin="+12.0 %", asserted_at="--claims"
+        ),
+        paper_claim("e", "", "", "", False, assert_if=True),
+        Check("f", "", "", "", True, kind="formulas"),
+        Check("g", "", "", "", False, kind="formulas"),
+    ]
     assert [c.verdict for c in rows] == ["pass", "FAIL", "reported", "not reproduced", "pass", "FAIL", "pass", "FAIL"]
     assert rows[3].status == "not reproduced: 300 steps (paper: 500k); margin -3.0 %; asserted at `--claims`"
     assert rows[4].status == "pass (not asserted: 300 steps; margin +12.0 %; asserted at `--claims`)"
     assert rows[6].status == "pass (formulas)"
-    assert count_verdicts(rows) == {"pass": 1, "FAIL": 2, "pass (not asserted)": 1, "not reproduced": 1,
-                                    "not applicable": 0, "reported": 1, "formulas pass": 1, "formulas FAIL": 1}
-    assert headline(rows) == ("1 pass, 2 fail, 1 pass (not asserted), 1 not reproduced, 1 reported; formulas: 1 pass, "
-                              "1 fail")
+    assert count_verdicts(rows) == {
+        "pass": 1,
+        "FAIL": 2,
+        "pass (not asserted)": 1,
+        "not reproduced": 1,
+        "not applicable": 0,
+        "reported": 1,
+        "formulas pass": 1,
+        "formulas FAIL": 1,
+    }
+    assert headline(rows) == (
+        "1 pass, 2 fail, 1 pass (not asserted), 1 not reproduced, 1 reported; formulas: 1 pass, 1 fail"
+    )
     md = report.render_markdown([report.PaperResult("p", "t", "quick", rows, [], [])])
     assert headline(rows) + "." in md and "| not reproduced: 300 steps (paper: 500k); margin -3.0 %" in md
     assert not report.PaperResult("p", "t", "quick", rows, [], []).ok
@@ -101,11 +124,14 @@ def test_seeds_are_stated_in_the_tolerance_column():
 
 
 def test_a_partial_run_asserts_nothing_but_keeps_its_verdicts():
-    rows = mark_partial([Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None)],
-                        "partial, step 2 of 4")
+    rows = mark_partial(
+        [Check("a", "", "", "", True), Check("b", "", "", "", False), Check("m", "", "", "", None)],
+        "partial, step 2 of 4",
+    )
     assert [c.verdict for c in rows] == ["pass", "not reproduced", "reported"]
-    assert rows[1].status == ("not reproduced: training partial, step 2 of 4; asserted at `the same command, run to its "
-                              "end`")
+    assert rows[1].status == (
+        "not reproduced: training partial, step 2 of 4; asserted at `the same command, run to its end`"
+    )
 
 
 def test_monte_carlo_power_and_checks():
@@ -116,15 +142,19 @@ def test_monte_carlo_power_and_checks():
     assert mc_check("c", 1.0, 1.05, 0.01).verdict == "FAIL"  # 5 s.e. off
     under = mc_check("c", 1.0, 1.0, 0.04)  # within, but a 5 % error would fail with probability Φ(1.25 − 3) = 0.040
     assert under.verdict == "FAIL" and "probability ≥ 0.040 (required 0.9)" in under.tolerance
-    many = mc_check("c", np.ones(100), np.ones(100) + 0.004 * (np.arange(100) == 3), np.full(100, 0.001),
-                    max_excursions=1)
+    many = mc_check(
+        "c", np.ones(100), np.ones(100) + 0.004 * (np.arange(100) == 3), np.full(100, 0.001), max_excursions=1
+    )
     assert many.verdict == "pass" and "1 points beyond" in many.simulated
-    assert mc_check("c", np.ones(3), np.array([1.0, 1.004, 1.004]), np.full(3, 0.001), max_excursions=1).verdict == "FAIL"
+    assert (
+        mc_check("c", np.ones(3), np.array([1.0, 1.004, 1.004]), np.full(3, 0.001), max_excursions=1).verdict == "FAIL"
+    )
 
 
 # --- AlgoFormer -----------------------------------------------------------------------------------------------
-def _algoformer_data(n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newton_converges=True,
-                     algo_factor=0.5, plateau=False):
+def _algoformer_data(
+    n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newton_converges=True, algo_factor=0.5, plateau=False
+):
     """Figs. 2, 3 and 5's datasets as the paper draws them: every model learns (its error ÷ the zero estimator's
     falls along the prompt), the AlgoFormer lowest; larger ΔT more stable at the same T; Newton converges
     quadratically, GD linearly, the AlgoFormer below both in the first iterations. The AR task's zero-estimator
@@ -132,7 +162,7 @@ def _algoformer_data(n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newt
     pos = np.arange(1, n + 1)
     data = {}
     for t in ("regression", "ar", "cot"):
-        zero = 2.0 * (1.5 ** pos if t == "ar" else np.ones(n))
+        zero = 2.0 * (1.5**pos if t == "ar" else np.ones(n))
         data[f"{t}_zero"] = (f"example_{t}", zero)
         for m, level in (("standard", 0.6), ("looped", 0.5), ("algoformer", 0.3)):
             if swap and m in ("standard", "algoformer"):
@@ -146,20 +176,32 @@ def _algoformer_data(n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newt
     err = np.stack([np.where(loops < t, 1.0, 0.1 * (1 + (r - 1) * (loops - t) / (40 - t))) for t, r in zip(T, ratios)])
     if plateau:  # a model left on the loss's initial plateau: the zero estimator's error at every loop
         err[1] = 1.0
-    ds3 = xr.Dataset({"error": (("setting", "loops"), err)}, coords={"setting": settings, "T": ("setting", T),
-                                                                      "loops": loops},
-                     attrs={"status": "complete", "zero_estimator": 1.0})
+    ds3 = xr.Dataset(
+        {"error": (("setting", "loops"), err)},
+        coords={"setting": settings, "T": ("setting", T), "loops": loops},
+        attrs={"status": "complete", "zero_estimator": 1.0},
+    )
     its = np.arange(1, 41)
-    gd = np.stack([0.9 ** its + s for s in (0.0, 0.1, 1.0)])
-    newton = np.stack([(0.5 ** (2.0 ** its) if newton_converges else 0.9 ** its) + s for s in (0.0, 0.1, 1.0)])
+    gd = np.stack([0.9**its + s for s in (0.0, 0.1, 1.0)])
+    newton = np.stack([(0.5 ** (2.0**its) if newton_converges else 0.9**its) + s for s in (0.0, 0.1, 1.0)])
     algo = np.ones_like(gd) if plateau else np.minimum(gd, newton) * algo_factor
     late = np.where(its < 5, 1.0, algo)  # the (20, 15) model, trained from loop 5 on: the zero estimator's before
-    ds5 = xr.Dataset({"algoformer": (("setting", "sigma", "iteration"), np.stack([late, algo])),
-                      "gd": (("sigma", "iteration"), gd), "newton": (("sigma", "iteration"), newton),
-                      "zero": ("sigma", np.full(3, 1.0))},
-                     coords={"setting": ["(T, ΔT) = (20, 15)", "(T, ΔT) = (10, 10)"], "T": ("setting", [20, 10]),
-                             "first_loop": ("setting", [5, 1]), "sigma": [0.0, 0.1, 1.0], "iteration": its},
-                     attrs={"status": "complete"})
+    ds5 = xr.Dataset(
+        {
+            "algoformer": (("setting", "sigma", "iteration"), np.stack([late, algo])),
+            "gd": (("sigma", "iteration"), gd),
+            "newton": (("sigma", "iteration"), newton),
+            "zero": ("sigma", np.full(3, 1.0)),
+        },
+        coords={
+            "setting": ["(T, ΔT) = (20, 15)", "(T, ΔT) = (10, 10)"],
+            "T": ("setting", [20, 10]),
+            "first_loop": ("setting", [5, 1]),
+            "sigma": [0.0, 0.1, 1.0],
+            "iteration": its,
+        },
+        attrs={"status": "complete"},
+    )
     return ds2, ds3, ds5
 
 
@@ -174,21 +216,33 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
     assert_verdict(good, "(ar): the error decreases", "pass")
     m = Mutations(good)
     # an untrained Fig. 2 model (error = the zero estimator's everywhere)
-    m.fails(A._checks(full, *_algoformer_data(untrained=("looped",))), "Fig. 2 (regression): every trained model learned",
-            "decreases with the number of in-context examples")
+    m.fails(
+        A._checks(full, *_algoformer_data(untrained=("looped",))),
+        "Fig. 2 (regression): every trained model learned",
+        "decreases with the number of in-context examples",
+    )
     # Fig. 3's (8, 1) model and Fig. 5's members left on the plateau
-    m.fails(A._checks(full, *_algoformer_data(plateau=True)), "Fig. 3: every trained model learned",
-            "Fig. 5: every trained model learned")
+    m.fails(
+        A._checks(full, *_algoformer_data(plateau=True)),
+        "Fig. 3: every trained model learned",
+        "Fig. 5: every trained model learned",
+    )
     assert_verdict(A._checks(quick, *_algoformer_data(plateau=True)), "Fig. 5: every trained model learned", "FAIL")
     # each of the paper's orderings reversed: FAIL at the paper's training length, "not reproduced" at a shorter one
-    for part, wrong in (("AlgoFormer below the standard", dict(swap=True)), ("larger ΔT", dict(ratios=(2.0, 0.5, 1.0))),
-                        ("below GD and Newton", dict(algo_factor=2.0))):
+    for part, wrong in (
+        ("AlgoFormer below the standard", dict(swap=True)),
+        ("larger ΔT", dict(ratios=(2.0, 0.5, 1.0))),
+        ("below GD and Newton", dict(algo_factor=2.0)),
+    ):
         m.fails(A._checks(full, *_algoformer_data(**wrong)), part)
         assert_verdict(A._checks(quick, *_algoformer_data(**wrong)), part, "not reproduced")
         assert_verdict(A._checks(quick, *_algoformer_data()), part, "pass")
     # Newton that converges no faster than GD
-    m.fails(A._checks(full, *_algoformer_data(newton_converges=False)),
-            "Newton's method (eq. 4) reaches machine-level error", "GD converges more slowly than Newton")
+    m.fails(
+        A._checks(full, *_algoformer_data(newton_converges=False)),
+        "Newton's method (eq. 4) reaches machine-level error",
+        "GD converges more slowly than Newton",
+    )
     m.covered()
 
 
@@ -208,9 +262,18 @@ def _scaled(fn, factor):
 def _gatmiry_toy():
     from jaxicl.experiments import gatmiry2024 as G
 
-    return G, dataclasses.replace(G.SIZES["quick"], construct_kappas=(10.0, 100.0, 1000.0), construct_depths=(1, 2),
-                                  eps=1e-3, thm3_kappas=(2.0, 8.0), thm3_instances=8, thm6_depths=(1, 2, 3),
-                                  thm7_depths=(6, 10), thm8_loops=12, d=4)
+    return G, dataclasses.replace(
+        G.SIZES["quick"],
+        construct_kappas=(10.0, 100.0, 1000.0),
+        construct_depths=(1, 2),
+        eps=1e-3,
+        thm3_kappas=(2.0, 8.0),
+        thm3_instances=8,
+        thm6_depths=(1, 2, 3),
+        thm7_depths=(6, 10),
+        thm8_loops=12,
+        d=4,
+    )
 
 
 def test_gatmiry_construction_checks_fail_on_a_wrong_theory_value(monkeypatch):
@@ -221,7 +284,9 @@ def test_gatmiry_construction_checks_fail_on_a_wrong_theory_value(monkeypatch):
     T = G.G
     through_model = T.model_scalar_error
     with monkeypatch.context() as mp:  # the error computed through the model 1 % off
-        mp.setattr(T, "model_scalar_error", lambda model, n=1: (lambda f: lambda s: 1.01 * f(s))(through_model(model, n)))
+        mp.setattr(
+            T, "model_scalar_error", lambda model, n=1: (lambda f: lambda s: 1.01 * f(s))(through_model(model, n))
+        )
         m.fails(G.check_constructions(cfg)[0], "Thms 2, 4, 5")
     with monkeypatch.context() as mp:
         mp.setattr(T, "chebyshev_worst_error", _scaled(T.chebyshev_worst_error, 1.01))
@@ -254,8 +319,11 @@ def test_gatmiry_lemma1_thm3_thm6_thm7_checks_fail_on_wrong_answers(monkeypatch)
         assert_verdict(G.check_lemma1(cfg, models, key)[0], "Lemma 1", "FAIL")
     adaptive = T.adaptive_depth
     with monkeypatch.context() as mp:  # stopping too early (error 10x the target), at the same layer for every κ
-        mp.setattr(T, "adaptive_depth", lambda model, p, eps: (lambda r: (0 * r[0] + 1, 10 * eps + r[1], r[2]))(
-            adaptive(model, p, eps)))
+        mp.setattr(
+            T,
+            "adaptive_depth",
+            lambda model, p, eps: (lambda r: (0 * r[0] + 1, 10 * eps + r[1], r[2]))(adaptive(model, p, eps)),
+        )
         m.fails(G.check_thm3(cfg, key)[0], "Thm 3: stopping", "layers used grow")
     curves = losses.fixed_gram_depth_curves
     with monkeypatch.context() as mp:  # the fixed-Gram loss with a constant offset: the minimiser's loss is not 0
@@ -296,8 +364,9 @@ def test_gatmiry_thm8_checks_read_the_loss_past_l0(monkeypatch):
 
     curves = losses.fixed_gram_depth_curves
     with monkeypatch.context() as m:  # a loss that forgets all but the first layer: flat in depth from there on
-        m.setattr(losses, "fixed_gram_depth_curves", lambda A, S: np.asarray(curves(A, S))[..., :1].repeat(
-            np.shape(A)[1], -1))
+        m.setattr(
+            losses, "fixed_gram_depth_curves", lambda A, S: np.asarray(curves(A, S))[..., :1].repeat(np.shape(A)[1], -1)
+        )
         mutations.fails(G.thm8_curves(cfg, A, (4.0,))[0], "not monotone in depth")
     mutations.covered()
 
@@ -315,9 +384,10 @@ def test_gatmiry_trained_model_checks(monkeypatch):
         loss = np.stack([base, base * looped_factor], axis=2)[..., None].repeat(2, axis=3)  # (κ, L, looped, seed)
         dims = ("kappa", "depth", "looped", "seed")
         curve = np.broadcast_to(loss[..., None], loss.shape + (4,)).copy()
-        return xr.Dataset({"test_loss": (dims, loss), "test_median": (dims, loss / 2),
-                           "curve": ((*dims, "window"), curve)},
-                          coords={"kappa": kappas, "depth": depths, "looped": [0, 1], "seed": [0, 1]})
+        return xr.Dataset(
+            {"test_loss": (dims, loss), "test_median": (dims, loss / 2), "curve": ((*dims, "window"), curve)},
+            coords={"kappa": kappas, "depth": depths, "looped": [0, 1], "seed": [0, 1]},
+        )
 
     good = G._fig1_checks(fig1(), cfg)
     assert_all_asserted_pass(good, 2)
@@ -332,8 +402,12 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     good_full = G._fig1_checks(fig1(), full)
     assert_all_asserted_pass(good_full, 5)
     m = Mutations(good_full)
-    m.fails(G._fig1_checks(fig1(untrained=True, looped_factor=1.0), full), "depth helps", "more task diversity",
-            "every trained model learned")
+    m.fails(
+        G._fig1_checks(fig1(untrained=True, looped_factor=1.0), full),
+        "depth helps",
+        "more task diversity",
+        "every trained model learned",
+    )
     m.fails(G._fig1_checks(fig1(looped_factor=3.0), full), "competitive with L layers")
     m.covered()
     # one model that learned nothing among the others: the learned row fails for it alone
@@ -354,8 +428,10 @@ def test_gatmiry_trained_model_checks(monkeypatch):
         w = np.array([0.0, 0.25, 0.5])
         grow = at_w0 * np.stack([1 + w * 4, 1 + w * 4 * looped_growth], axis=1)  # (w, looped): multilayer grows 3x
         loss = np.broadcast_to(grow.T[None, :, None, :], (3, 2, 2, 3)).copy()  # (k, looped, seed, w)
-        return xr.Dataset({"test_loss": (("k", "looped", "seed", "w"), loss)},
-                          coords={"k": [2, 5, 9], "looped": [0, 1], "seed": [0, 1], "w": w})
+        return xr.Dataset(
+            {"test_loss": (("k", "looped", "seed", "w"), loss)},
+            coords={"k": [2, 5, 9], "looped": [0, 1], "seed": [0, 1], "w": w},
+        )
 
     good2 = G._fig2_checks(fig2(0.5), full)
     assert_all_asserted_pass(good2, 2)
@@ -375,8 +451,10 @@ def test_gatmiry_fixed_gram_and_learned_step_checks(monkeypatch):
     def trained(multi_gap=0.0, loop_gap=0.0):
         th = theory.sel(depth=list(cfg.fg_depths))
         loss = np.stack([th.multilayer.values * (1 + multi_gap), th.looped.values * (1 + loop_gap)], axis=2)[..., None]
-        return xr.Dataset({"loss": (("kappa", "depth", "looped", "seed"), loss)},
-                          coords={"kappa": list(cfg.kappas), "depth": list(cfg.fg_depths), "looped": [0, 1], "seed": [0]})
+        return xr.Dataset(
+            {"loss": (("kappa", "depth", "looped", "seed"), loss)},
+            coords={"kappa": list(cfg.kappas), "depth": list(cfg.fg_depths), "looped": [0, 1], "seed": [0]},
+        )
 
     good = G._fixed_gram_checks(trained(), theory)
     assert_all_asserted_pass(good, 5)
@@ -396,11 +474,19 @@ def test_gatmiry_fixed_gram_and_learned_step_checks(monkeypatch):
     cheb = np.stack([np.sort(T.chebyshev_steps(1.0, kk, k)) for kk in kappas])
 
     def learned(steps):
-        worst = [T.worst_case_error(lambda s, e=e: T.residual_polynomial(e, s), 1.0, kk) for e, kk in zip(steps, kappas)]
-        return xr.Dataset({"learned": (("kappa", "step"), steps), "chebyshev": (("kappa", "step"), cheb),
-                           "learned_worst_error": ("kappa", np.asarray(worst)),
-                           "chebyshev_worst_error": ("kappa", T.chebyshev_worst_error(kappas, k)),
-                           "gd_worst_error": ("kappa", T.gd_worst_error(kappas, k))}, coords={"kappa": kappas})
+        worst = [
+            T.worst_case_error(lambda s, e=e: T.residual_polynomial(e, s), 1.0, kk) for e, kk in zip(steps, kappas)
+        ]
+        return xr.Dataset(
+            {
+                "learned": (("kappa", "step"), steps),
+                "chebyshev": (("kappa", "step"), cheb),
+                "learned_worst_error": ("kappa", np.asarray(worst)),
+                "chebyshev_worst_error": ("kappa", T.chebyshev_worst_error(kappas, k)),
+                "gd_worst_error": ("kappa", T.gd_worst_error(kappas, k)),
+            },
+            coords={"kappa": kappas},
+        )
 
     cfg = dataclasses.replace(cfg, learned_steps=k)
     good_learned = G._learned_checks(learned(cheb), cfg)
@@ -430,7 +516,9 @@ def test_gatmiry_depth_laws_follow_the_closed_forms_at_any_kappas():
         for name in ("gd", "chebyshev"):
             wrong = dict(exact) | {(name, k[0]): 2 * exact[(name, k[0])]}
             assert_verdict(G._depth_law_checks(cfg, wrong), f"({name})", "FAIL")
-    one = G._depth_law_checks(dataclasses.replace(cfg, construct_kappas=(10.0,)), {("gd", 10.0): 69, ("chebyshev", 10.0): 23})
+    one = G._depth_law_checks(
+        dataclasses.replace(cfg, construct_kappas=(10.0,)), {("gd", 10.0): 69, ("chebyshev", 10.0): 23}
+    )
     assert [c.verdict for c in one] == ["not applicable"] * 2 and "a slope needs two or more" in one[0].reason
 
 
@@ -441,9 +529,21 @@ ZHANG_LSA_ASSERTED = 19  # every row of the LSA part (Thms 4.1-4.5, §4.2); the 
 def _zhang_toy(monkeypatch):
     from jaxicl.experiments import zhang2023 as Z
 
-    toy = dataclasses.replace(Z.SIZES["quick"], d=2, N=6, mc_batch=100_000, Ns_thm42=(5, 20), Ms_thm42=(5, 50),
-                              thm42_batch=4000, cs=(1.0, 2.0), shift_N=100, shift_M=100, shift_batch=4000,
-                              n_random_inits=2, gpt2=None)
+    toy = dataclasses.replace(
+        Z.SIZES["quick"],
+        d=2,
+        N=6,
+        mc_batch=100_000,
+        Ns_thm42=(5, 20),
+        Ms_thm42=(5, 50),
+        thm42_batch=4000,
+        cs=(1.0, 2.0),
+        shift_N=100,
+        shift_M=100,
+        shift_batch=4000,
+        n_random_inits=2,
+        gpt2=None,
+    )
     monkeypatch.setitem(Z.SIZES, "quick", toy)
     return Z
 
@@ -458,15 +558,29 @@ def test_zhang_lsa_checks_fail_on_wrong_theory(monkeypatch, tmp_path):
     from jaxicl.theory import zhang as T
 
     Z = _zhang_toy(monkeypatch)
-    wrong = {"reduced_loss": 1.01, "reduced_vector_field": 1.01, "gamma": 1.01, "w_star": 1.01, "pl_constant": 10.0,
-             "min_population_loss": 1.01, "prediction_error_isotropic": 1.1, "prediction_error": 1.1,
-             "corollary_4_3_bound": 0.5, "covariate_scaling_slope": 1.1, "query_shift_error": 1.1,
-             "random_covariance_limit": 1.01, "random_covariance_limit_error": 1.01}
+    wrong = {
+        "reduced_loss": 1.01,
+        "reduced_vector_field": 1.01,
+        "gamma": 1.01,
+        "w_star": 1.01,
+        "pl_constant": 10.0,
+        "min_population_loss": 1.01,
+        "prediction_error_isotropic": 1.1,
+        "prediction_error": 1.1,
+        "corollary_4_3_bound": 0.5,
+        "covariate_scaling_slope": 1.1,
+        "query_shift_error": 1.1,
+        "random_covariance_limit": 1.01,
+        "random_covariance_limit_error": 1.01,
+    }
     for name, factor in wrong.items():
         monkeypatch.setattr(T, name, _scaled(getattr(T, name), factor))
     monkeypatch.setattr(losses, "population_loss", _scaled(losses.population_loss, 1.1))
-    monkeypatch.setattr(models.LinearSelfAttention, "balanced_init",
-                        staticmethod(lambda d, sigma, key: models.LinearSelfAttention.random_init(d, sigma, key)))
+    monkeypatch.setattr(
+        models.LinearSelfAttention,
+        "balanced_init",
+        staticmethod(lambda d, sigma, key: models.LinearSelfAttention.random_init(d, sigma, key)),
+    )
     bad = Z.run("quick", tmp_path / "wrong", transformers=False)
     asserted = [c for c in bad.checks if c.asserted]
     assert len(asserted) == ZHANG_LSA_ASSERTED
@@ -485,12 +599,19 @@ def test_zhang_lsa_checks_pass_at_toy_size_and_each_fails_under_one_wrong_input(
     good = Z.run("quick", tmp_path / "good", transformers=False).checks
     assert_all_asserted_pass(good, ZHANG_LSA_ASSERTED)
     m = Mutations(good)
-    wrong = {"reduced_loss": (1.01, "manifold: exact loss"), "reduced_vector_field": (1.01, "−∇L = ODE"),
-             "gamma": (1.01, "u₋₁U₁₁ = Γ⁻¹"), "w_star": (1.01, "W^KQ_*"), "pl_constant": (10.0, "PL (5.8)"),
-             "min_population_loss": (1.01, "final loss = min L"), "prediction_error": (1.1, "Thm 4.2 (4.6)"),
-             "covariate_scaling_slope": (1.1, "covariate scaling"), "query_shift_error": (1.1, "query shift"),
-             "random_covariance_limit": (1.01, "Thm 4.5: flow on random-diagonal loss"),
-             "random_covariance_limit_error": (1.01, "Thm 4.5 / (4.13)")}
+    wrong = {
+        "reduced_loss": (1.01, "manifold: exact loss"),
+        "reduced_vector_field": (1.01, "−∇L = ODE"),
+        "gamma": (1.01, "u₋₁U₁₁ = Γ⁻¹"),
+        "w_star": (1.01, "W^KQ_*"),
+        "pl_constant": (10.0, "PL (5.8)"),
+        "min_population_loss": (1.01, "final loss = min L"),
+        "prediction_error": (1.1, "Thm 4.2 (4.6)"),
+        "covariate_scaling_slope": (1.1, "covariate scaling"),
+        "query_shift_error": (1.1, "query shift"),
+        "random_covariance_limit": (1.01, "Thm 4.5: flow on random-diagonal loss"),
+        "random_covariance_limit_error": (1.01, "Thm 4.5 / (4.13)"),
+    }
     for i, (name, (factor, part)) in enumerate(wrong.items()):
         with monkeypatch.context() as mp:
             mp.setattr(T, name, _scaled(getattr(T, name), factor))
@@ -499,8 +620,11 @@ def test_zhang_lsa_checks_pass_at_toy_size_and_each_fails_under_one_wrong_input(
         mp.setattr(losses, "population_loss", _scaled(losses.population_loss, 1.1))
         m.fails(Z.run("quick", tmp_path / "loss", transformers=False).checks, "exact loss (all entries, noise 0.5)")
     with monkeypatch.context() as mp:
-        mp.setattr(models.LinearSelfAttention, "balanced_init",
-                   staticmethod(lambda d, sigma, key: models.LinearSelfAttention.random_init(d, sigma, key)))
+        mp.setattr(
+            models.LinearSelfAttention,
+            "balanced_init",
+            staticmethod(lambda d, sigma, key: models.LinearSelfAttention.random_init(d, sigma, key)),
+        )
         m.fails(Z.run("quick", tmp_path / "init", transformers=False).checks, "conserved")
     m.covered()
 
@@ -531,7 +655,9 @@ def test_yang_theorem_checks_fail_on_a_rank_deficient_zeta_wrong_constants_and_t
     constants = T.theorem1_constants
     for part, wrong in (("Thm 1 (18)", dict(rate=0.5)), ("induction hypotheses", dict(alpha_bar=0.0))):
         with monkeypatch.context() as mp:
-            mp.setattr(T, "theorem1_constants", lambda mm, t, wrong=wrong: dataclasses.replace(constants(mm, t), **wrong))
+            mp.setattr(
+                T, "theorem1_constants", lambda mm, t, wrong=wrong: dataclasses.replace(constants(mm, t), **wrong)
+            )
             m.fails(E.check_theorems(cfg, key)[0], part)
     with monkeypatch.context() as mp:  # Thm 2's per-prompt bound 1000x too low (its deterministic core: a formula)
         mp.setattr(T, "inference_bound", _scaled(T.inference_bound, 1e-3))
@@ -547,14 +673,29 @@ def _yang_fig2a(cfg, trained=True, ood_above=True):
     rate = 0.03 if trained else 1e-4
     excess = 10.0 * np.exp(-rate * it)
     ood = excess * (5.0 if ood_above else 0.5)
-    ds = xr.Dataset({"loss": ("iteration", excess + 0.25), "excess": ("iteration", excess),
-                     "inference_in_domain": ("iteration", excess), "inference_ood": ("iteration", ood)},
-                    coords={"iteration": it})
+    ds = xr.Dataset(
+        {
+            "loss": ("iteration", excess + 0.25),
+            "excess": ("iteration", excess),
+            "inference_in_domain": ("iteration", excess),
+            "inference_ood": ("iteration", ood),
+        },
+        coords={"iteration": it},
+    )
     final, a_norm = excess[-1], 18.8
     ds["column_error"] = ("k", np.full(cfg.K, np.sqrt(2 * cfg.K * final / 0.2) / np.sqrt(cfg.K) / 3))
-    ds.attrs.update(L_star=0.25, lam_min=0.2, final_excess=final, A_norm=a_norm, init_error=a_norm, mc_prompts=8192,
-                    mc_in_domain=final * 1.005, mc_in_domain_se=final * 0.006, mc_ood=ood[-1] * 0.995,
-                    mc_ood_se=ood[-1] * 0.006)
+    ds.attrs.update(
+        L_star=0.25,
+        lam_min=0.2,
+        final_excess=final,
+        A_norm=a_norm,
+        init_error=a_norm,
+        mc_prompts=8192,
+        mc_in_domain=final * 1.005,
+        mc_in_domain_se=final * 0.006,
+        mc_ood=ood[-1] * 0.995,
+        mc_ood_se=ood[-1] * 0.006,
+    )
     return ds
 
 
@@ -591,9 +732,14 @@ def test_yang_fig3_and_fig4_checks():
 
     def fig3(gap, mc_factor=1.0, Ns=Ns, n_mc=n_mc):
         exact = np.interp(n_mc, Ns, gap)
-        return xr.Dataset({"expected_gap": (("seed", "N"), np.stack([gap, gap * 1.1])),
-                           "mc_gap": ("N_mc", exact * mc_factor), "mc_se": ("N_mc", exact * 0.005)},
-                          coords={"seed": [0, 1], "N": Ns, "N_mc": n_mc})
+        return xr.Dataset(
+            {
+                "expected_gap": (("seed", "N"), np.stack([gap, gap * 1.1])),
+                "mc_gap": ("N_mc", exact * mc_factor),
+                "mc_se": ("N_mc", exact * 0.005),
+            },
+            coords={"seed": [0, 1], "N": Ns, "N_mc": n_mc},
+        )
 
     good = E._fig3_checks(fig3(v), cfg)
     assert_all_asserted_pass(good, 3)
@@ -622,10 +768,14 @@ def test_yang_fig3_and_fig4_checks():
         within ``to_floor`` of the way to its floor."""
         steps = np.arange(0, cfg.fig4_steps, cfg.record_every)
         s = steps / steps[-1]
-        ex = np.where((H >= cfg.N)[:, None], descend ** (2 * s)[None], floor[:, None] + (1 - floor[:, None]) * to_floor**s)
+        ex = np.where(
+            (H >= cfg.N)[:, None], descend ** (2 * s)[None], floor[:, None] + (1 - floor[:, None]) * to_floor**s
+        )
         ex[np.isin(H, diverge), 3:] = np.inf
-        return xr.Dataset({"excess": (("heads", "step"), ex), "w_curvature": ("heads", curv), "w_floor": ("heads", floor)},
-                          coords={"heads": H, "step": steps})
+        return xr.Dataset(
+            {"excess": (("heads", "step"), ex), "w_curvature": ("heads", curv), "w_floor": ("heads", floor)},
+            coords={"heads": H, "step": steps},
+        )
 
     good = E._fig4_checks(fig4(), cfg)
     assert_all_asserted_pass(good, 5)
@@ -651,18 +801,28 @@ def test_yang_transformer_checks(monkeypatch):
         rate = np.where(H == best, 0.03, 0.02)[:, None] if trained else np.zeros((len(H), 1))
         loss = 0.05 + 1.5 * np.exp(-rate * steps[None])
         inf = np.exp(-rate * eval_steps[None])[..., None] * np.array([3.0, 12.0]) * (1 if trained else 1.0)
-        return xr.Dataset({"loss": (("heads", "step"), loss), "inference": (("heads", "eval_step", "test_set"), inf),
-                           "step_seconds": ("heads", 0.1 * H)},
-                          coords={"heads": H, "step": steps, "eval_step": eval_steps, "test_set": ["in_domain", "ood"]},
-                          attrs={"L_star": 0.05, "steps_trained": [tc.steps] * len(H)})
+        return xr.Dataset(
+            {
+                "loss": (("heads", "step"), loss),
+                "inference": (("heads", "eval_step", "test_set"), inf),
+                "step_seconds": ("heads", 0.1 * H),
+            },
+            coords={"heads": H, "step": steps, "eval_step": eval_steps, "test_set": ["in_domain", "ood"]},
+            attrs={"L_star": 0.05, "steps_trained": [tc.steps] * len(H)},
+        )
 
     full = dataclasses.replace(tc, steps=E.SIZES["full"].transformer.steps)
     good = E._transformer_checks(ds(), tc)
     assert_all_asserted_pass(good, 5)
     assert_verdict(good, "best H at a fixed budget is small", "pass")
     m = Mutations(good)
-    m.fails(E._transformer_checks(ds(trained=False), tc), "approaches L⋆", "in-domain inference loss (1/2K)‖ŷ − ŷ⋆‖² falls",
-            "falls with training too", "every H, including H = 1")
+    m.fails(
+        E._transformer_checks(ds(trained=False), tc),
+        "approaches L⋆",
+        "in-domain inference loss (1/2K)‖ŷ − ŷ⋆‖² falls",
+        "falls with training too",
+        "every H, including H = 1",
+    )
     big = ds(best=int(H[-1]))  # the most heads learn fastest: the paper's observation contradicted
     assert_verdict(E._transformer_checks(big, tc), "best H at a fixed budget is small", "not reproduced")
     assert full.steps > tc.steps  # (the same rows at --full are asserted: trained_as_paper)
@@ -684,8 +844,7 @@ def test_ahn_theorem_checks_fail_on_wrong_theory(monkeypatch):
     from jaxicl.experiments import ahn2023 as E
     from jaxicl.theory import ahn as T
 
-    cfg = dataclasses.replace(E.SIZES["quick"], d=3, scales=(1.0, 0.5, 0.25), mc_batch=100_000, thm3_d=2,
-                              thm3_base=256)
+    cfg = dataclasses.replace(E.SIZES["quick"], d=3, scales=(1.0, 0.5, 0.25), mc_batch=100_000, thm3_d=2, thm3_base=256)
     for name in ("preconditioned_gd_iterates", "thm1_min_loss", "gamma"):
         monkeypatch.setattr(T, name, _scaled(getattr(T, name), 1.01))
     monkeypatch.setattr(losses, "population_loss", _scaled(losses.population_loss, 1.1))
@@ -711,21 +870,24 @@ def test_ahn_theorem_checks_each_fail_under_one_wrong_input(monkeypatch):
     from jaxicl.experiments import ahn2023 as E
     from jaxicl.theory import ahn as T
 
-    cfg = dataclasses.replace(E.SIZES["quick"], d=3, scales=(1.0, 0.5, 0.25), mc_batch=100_000, thm3_d=2,
-                              thm3_base=256)
+    cfg = dataclasses.replace(E.SIZES["quick"], d=3, scales=(1.0, 0.5, 0.25), mc_batch=100_000, thm3_d=2, thm3_base=256)
     key = jax.random.PRNGKey(0)
-    rows = {"lemma2": lambda: E.check_lemma2(cfg, key), "thm1": lambda: E.check_thm1(cfg, key),
-            "thm3": lambda: E.check_thm3(cfg, key)[0]}
+    rows = {
+        "lemma2": lambda: E.check_lemma2(cfg, key),
+        "thm1": lambda: E.check_thm1(cfg, key),
+        "thm3": lambda: E.check_thm3(cfg, key)[0],
+    }
     good = [f() for f in rows.values()]
     for g, n in zip(good, (1, 4, 1)):
         assert_all_asserted_pass(g, n)
     m = Mutations(*good)
     for check, module, name, wrong, parts in (
-            ("lemma2", T, "preconditioned_gd_iterates", _scaled(T.preconditioned_gd_iterates, 1.01), ("Lemma 2",)),
-            ("thm1", T, "thm1_min_loss", _scaled(T.thm1_min_loss, 1.01), ("loss at (8)", "→ min loss")),
-            ("thm1", T, "gamma", _scaled(T.gamma, 1.01), ("γ·A → −Γ⁻¹",)),
-            ("thm1", losses, "population_loss", _scaled(losses.population_loss, 1.1), ("exact loss = Monte Carlo",)),
-            ("thm3", T, "sign_symmetrized", lambda prompts: prompts, ("Thm 3: trained A_0, A_1 diagonal",))):
+        ("lemma2", T, "preconditioned_gd_iterates", _scaled(T.preconditioned_gd_iterates, 1.01), ("Lemma 2",)),
+        ("thm1", T, "thm1_min_loss", _scaled(T.thm1_min_loss, 1.01), ("loss at (8)", "→ min loss")),
+        ("thm1", T, "gamma", _scaled(T.gamma, 1.01), ("γ·A → −Γ⁻¹",)),
+        ("thm1", losses, "population_loss", _scaled(losses.population_loss, 1.1), ("exact loss = Monte Carlo",)),
+        ("thm3", T, "sign_symmetrized", lambda prompts: prompts, ("Thm 3: trained A_0, A_1 diagonal",)),
+    ):
         with monkeypatch.context() as mp:
             mp.setattr(module, name, wrong)
             # the patched functions are called inside jitted ones (thm1_min_loss calls gamma): trace afresh, and
@@ -745,8 +907,12 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
     def lm(trained=True):
         blue = np.full((seeds, 5, L), 0.05 if trained else 0.8)
         zero = E.zero_loss(cfg)  # an untrained model predicts about 0
-        return {"blue": blue, "red": np.full((seeds, 5, L), 0.8), "final_test": np.full(seeds, 0.07 if trained else zero),
-                "ref_test": np.full(seeds, 0.068)}
+        return {
+            "blue": blue,
+            "red": np.full((seeds, 5, L), 0.8),
+            "final_test": np.full(seeds, 0.07 if trained else zero),
+            "ref_test": np.full(seeds, 0.068),
+        }
 
     good = E.thm4_checks(lm(), np.array([0.7, 0.4, 1.7]), 0.068, 0.0003, cfg)
     assert_all_asserted_pass(good, 4)
@@ -765,10 +931,14 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
 
     def blk(trained=True):
         dist = 0.1 if trained else 0.9
-        return {"dist_B": np.full((seeds, 5, L), dist), "blue": np.full((seeds, 5, L), dist),
-                "losses": np.stack([np.full(seeds, 2.5), np.full(seeds, 0.01 if trained else 2.0)], 1),
-                "final": Params(6.0 if trained else 1.0),
-                "median_test": np.full(seeds, 0.001 if trained else E.zero_loss(cfg)), "final_test": np.full(seeds, 100.0)}
+        return {
+            "dist_B": np.full((seeds, 5, L), dist),
+            "blue": np.full((seeds, 5, L), dist),
+            "losses": np.stack([np.full(seeds, 2.5), np.full(seeds, 0.01 if trained else 2.0)], 1),
+            "final": Params(6.0 if trained else 1.0),
+            "median_test": np.full(seeds, 0.001 if trained else E.zero_loss(cfg)),
+            "final_test": np.full(seeds, 100.0),
+        }
 
     assert_all_asserted_pass(E.thm5_checks(blk(), cfg), 5)
     m.required |= Mutations(E.thm5_checks(blk(), cfg)).required
@@ -784,22 +954,35 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
         for dim, values in (("depth", [1, 2, 3, 4]), ("n", [2, 5, 10, 20])):
             pgd = np.linspace(1.0, 0.2, 4)[:, None].repeat(2, 1)
             tf = pgd * tf_factor if depth_helps or dim == "n" else np.full_like(pgd, 0.5)
-            out.append(xr.Dataset({"transformer": ((dim, "seed"), tf), "preconditioned_gd": ((dim, "seed"), pgd),
-                                   "gd": ((dim, "seed"), pgd * gd_factor), "transformer_se": ((dim, "seed"), tf * 0.001)},
-                                  coords={dim: values}))
+            out.append(
+                xr.Dataset(
+                    {
+                        "transformer": ((dim, "seed"), tf),
+                        "preconditioned_gd": ((dim, "seed"), pgd),
+                        "gd": ((dim, "seed"), pgd * gd_factor),
+                        "transformer_se": ((dim, "seed"), tf * 0.001),
+                    },
+                    coords={dim: values},
+                )
+            )
         return out
 
     good_sweeps = E._sweep_checks(*sweeps(), cfg)
     assert_all_asserted_pass(good_sweeps, 6)
     m.required |= Mutations(good_sweeps).required
-    m.fails(E._sweep_checks(*sweeps(tf_factor=3.0), cfg), "depth and context sweeps: every trained model learned",
-            "trained transformer ≤ Σ⁻¹-preconditioned GD, every depth", "trained transformer ≤ Σ⁻¹-preconditioned GD, every n")
+    m.fails(
+        E._sweep_checks(*sweeps(tf_factor=3.0), cfg),
+        "depth and context sweeps: every trained model learned",
+        "trained transformer ≤ Σ⁻¹-preconditioned GD, every depth",
+        "trained transformer ≤ Σ⁻¹-preconditioned GD, every n",
+    )
     m.fails(E._sweep_checks(*sweeps(depth_helps=False), cfg), "decreases with depth")
     # a dropped preconditioner (PGD = GD) fails the PGD rows alone
     dropped = E._sweep_checks(*sweeps(gd_factor=1.0), cfg)
     assert [c.claim for c in dropped if c.verdict == "FAIL"] == [
         "Σ⁻¹-preconditioned GD below plain GD (best steps), every depth",
-        "Σ⁻¹-preconditioned GD below plain GD (best steps), every n"]
+        "Σ⁻¹-preconditioned GD below plain GD (best steps), every n",
+    ]
     m.fails(dropped, "below plain GD")
     m.covered()
     depth, ctx = sweeps()
@@ -826,9 +1009,15 @@ def test_zhang_fig1_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
                     err[ci, ni, ti] = np.full(M.size, scale) if untrained else curve
         zero = np.array([[{"identity": 1.0, "c=1": 1.0, "c=4": 4.0, "c=9": 9.0}[t]] * M.size for t in tests])
         dims = ("train_covariance", "N", "test", "M")
-        return xr.Dataset({"error": (dims, err), "error_se": (dims, err * 0.01), "ols": (dims[2:], zero * 0.1),
-                           "zero": (dims[2:], zero)},
-                          coords={"train_covariance": list(Z.FIG1_TRAIN), "N": list(g.Ns), "test": tests, "M": M})
+        return xr.Dataset(
+            {
+                "error": (dims, err),
+                "error_se": (dims, err * 0.01),
+                "ols": (dims[2:], zero * 0.1),
+                "zero": (dims[2:], zero),
+            },
+            coords={"train_covariance": list(Z.FIG1_TRAIN), "N": list(g.Ns), "test": tests, "M": M},
+        )
 
     good = Z.fig1_checks(fig1(), lsa, g)
     assert_all_asserted_pass(good, 4)
@@ -863,8 +1052,11 @@ def test_no_test_asserts_something_that_cannot_fail():
                     bad.append(f"{where}: assert on a value that is always true")
                 if any(isinstance(c, ast.Call) and "assert_" in ast.unparse(c.func) for c in ast.walk(t)):
                     bad.append(f"{where}: assert on a numpy.testing call (returns None)")
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.BoolOp) and any(
-                    isinstance(v, ast.Call) and "assert" in ast.unparse(v.func) for v in node.value.values):
+            if (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.BoolOp)
+                and any(isinstance(v, ast.Call) and "assert" in ast.unparse(v.func) for v in node.value.values)
+            ):
                 bad.append(f"{where}: assertions chained with and/or (the first returns None)")
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Compare):
                 bad.append(f"{where}: a comparison whose result is dropped (assert missing)")

@@ -61,8 +61,9 @@ def test_reproduce_quick_passes_every_check(paper, tmp_path):
     assert holds(xr.open_dataset(tmp_path / paper / nc, engine="h5netcdf"))
 
 
-def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkpoints(tmp_path, monkeypatch, capsys,
-                                                                                     request):
+def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkpoints(
+    tmp_path, monkeypatch, capsys, request
+):
     """The AlgoFormer reproduction end to end at a toy size (a few steps: its checks are not meaningful here,
     the quick-size run above asserts them). Under `--budget` every model trains one chunk and stops: the report
     draws the figures marked "partial, step 2 of 4" with their checks reported, the command exits 3, and the next
@@ -72,12 +73,26 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
     import xarray as xr
 
-    from jaxicl.runtime import compilation_cache
     from jaxicl.experiments import algoformer as A
+    from jaxicl.runtime import compilation_cache
 
-    tiny = dataclasses.replace(A.SIZES["quick"], steps=4, fig5_steps=0, chunk=2, d_model=8, n_heads=2, std_layers=1,
-                               loops=(2, 1), fig3_loops=((2, 1), (1, 0)), fig5_loops=((2, 1),), eval_loops=4,
-                               iterations=20, test_prompts=16, batch=4, fig5_curriculum_every=0)
+    tiny = dataclasses.replace(
+        A.SIZES["quick"],
+        steps=4,
+        fig5_steps=0,
+        chunk=2,
+        d_model=8,
+        n_heads=2,
+        std_layers=1,
+        loops=(2, 1),
+        fig3_loops=((2, 1), (1, 0)),
+        fig5_loops=((2, 1),),
+        eval_loops=4,
+        iterations=20,
+        test_prompts=16,
+        batch=4,
+        fig5_curriculum_every=0,
+    )
     monkeypatch.setitem(A.SIZES, "quick", tiny)  # the CLI's default size, at toy size
     # a compilation cache of its own: the resuming call reads back the first call's programs
     request.addfinalizer(compilation_cache.disable)
@@ -106,7 +121,10 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert "partial" not in (tmp_path / "report.md").read_text()
     assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 11
     assert xr.load_dataset(tmp_path / "algoformer" / "fig5.nc", engine="h5netcdf").sizes == {
-        "setting": 1, "sigma": 3, "iteration": 20}
+        "setting": 1,
+        "sigma": 3,
+        "iteration": 20,
+    }
     assert xr.load_dataset(tmp_path / "algoformer" / "fig3.nc", engine="h5netcdf").sizes == {"setting": 2, "loops": 4}
 
     # --jobs: each of its PARTS in a process of its own (started through a wrapper that gives them the toy size and
@@ -121,13 +139,18 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     files = ("fig2.nc", "fig3.nc", "fig5.nc")
     in_process = {f: xr.load_dataset(tmp_path / "algoformer" / f, engine="h5netcdf") for f in files}
     verdict = re.compile(r"\| (pass|reported|\*\*FAIL\*\*|not reproduced: [^|]*|pass \(not asserted: [^|]*\)) \|$")
-    rows = lambda: [ln for ln in (tmp_path / "report.md").read_text().splitlines()  # noqa: E731  (checks table)
-                    if ln.startswith("| Fig.") and verdict.search(ln)]
+    rows = lambda: [
+        ln
+        for ln in (tmp_path / "report.md").read_text().splitlines()  # noqa: E731  (checks table)
+        if ln.startswith("| Fig.") and verdict.search(ln)
+    ]
     checks = rows()
     wrapper = tmp_path / "child.py"
-    wrapper.write_text(f"import sys\nimport jax\njax.config.update('jax_enable_x64', True)\nfrom jaxicl import cli\n"
-                       f"from jaxicl.experiments import algoformer as A\n"
-                       f"A.SIZES['quick'] = A.{tiny!r}\nsys.exit(cli.main(sys.argv[1:]))\n")
+    wrapper.write_text(
+        f"import sys\nimport jax\njax.config.update('jax_enable_x64', True)\nfrom jaxicl import cli\n"
+        f"from jaxicl.experiments import algoformer as A\n"
+        f"A.SIZES['quick'] = A.{tiny!r}\nsys.exit(cli.main(sys.argv[1:]))\n"
+    )
     child = E._child_command
     started = []
 
@@ -139,12 +162,16 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     monkeypatch.setattr(E, "_child_command", toy_child)
     assert cli.main(sliced + ["--jobs", "2"]) in (0, 1)
     assert sorted(started) == sorted(A.PARTS) and len(checks) == 17 and rows() == checks
-    assert re.search(r"\[jaxicl\] algoformer: \d+ pass, \d+ fail, \d+ pass \(not asserted\), \d+ not reproduced, "
-                     r"\d+ reported in [\d.]+ s over 4 "
-                     "processes", capsys.readouterr().out)
+    assert re.search(
+        r"\[jaxicl\] algoformer: \d+ pass, \d+ fail, \d+ pass \(not asserted\), \d+ not reproduced, "
+        r"\d+ reported in [\d.]+ s over 4 "
+        "processes",
+        capsys.readouterr().out,
+    )
     for f in files:
-        xr.testing.assert_allclose(xr.load_dataset(tmp_path / "algoformer" / f, engine="h5netcdf"), in_process[f],
-                                   rtol=1e-5)
+        xr.testing.assert_allclose(
+            xr.load_dataset(tmp_path / "algoformer" / f, engine="h5netcdf"), in_process[f], rtol=1e-5
+        )
 
 
 def test_jobs_must_be_positive(capsys):
@@ -155,7 +182,9 @@ def test_jobs_must_be_positive(capsys):
 def _fake_paper(name, passed=True):
     from jaxicl.experiments import Check, PaperResult
 
-    return PaperResult(name, f"title of {name}", "quick", [Check(f"claim of {name}", "1", "1", "exact", passed)], [], [])
+    return PaperResult(
+        name, f"title of {name}", "quick", [Check(f"claim of {name}", "1", "1", "exact", passed)], [], []
+    )
 
 
 def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_path, monkeypatch):
@@ -172,7 +201,11 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
         if name == "zhang2023":
             return [sys.executable, "-c", "import sys; sys.exit(7)"]
         data = pickle.dumps([_fake_paper(name)])
-        return [sys.executable, "-c", f"import time; time.sleep({delay}); open({str(result_file)!r}, 'wb').write({data!r})"]
+        return [
+            sys.executable,
+            "-c",
+            f"import time; time.sleep({delay}); open({str(result_file)!r}, 'wb').write({data!r})",
+        ]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     results = E.reproduce(["ahn2023", "gatmiry2024"], out=tmp_path, jobs=2)
@@ -198,7 +231,13 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jobs_module, "job_seconds", jobs_module.reference_seconds)  # not this machine's last run
     assert jobs_module.longest_first(["gatmiry2024", "ahn2023", "unknown", "yang2024", "algoformer", "zhang2023"]) == [
-        "algoformer", "zhang2023", "yang2024", "ahn2023", "gatmiry2024", "unknown"]
+        "algoformer",
+        "zhang2023",
+        "yang2024",
+        "ahn2023",
+        "gatmiry2024",
+        "unknown",
+    ]
     started = []
 
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
@@ -213,8 +252,16 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
     assert [r.name for r in results] == names
     # the AlgoFormer's parts are jobs of their own: the two workers' estimated wall times are 837 s and 770 s
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
-    assert jobs_module.longest_first(jobs) == ["zhang2023", "yang2024", "ahn2023", "algoformer/regression", "algoformer/fig5",
-                                     "algoformer/cot", "algoformer/ar", "gatmiry2024"]
+    assert jobs_module.longest_first(jobs) == [
+        "zhang2023",
+        "yang2024",
+        "ahn2023",
+        "algoformer/regression",
+        "algoformer/fig5",
+        "algoformer/cot",
+        "algoformer/ar",
+        "gatmiry2024",
+    ]
 
 
 def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, monkeypatch):
@@ -243,8 +290,9 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
         return [sys.executable, "-c", f"import time; time.sleep(0.3); open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    E._run_in_processes(["ahn2023", "gatmiry2024"], "quick", tmp_path / "out", False, None, True, jobs=2,
-                        record_times=True)
+    E._run_in_processes(
+        ["ahn2023", "gatmiry2024"], "quick", tmp_path / "out", False, None, True, jobs=2, record_times=True
+    )
     times = jobs_module.job_seconds()
     assert 0.3 <= times["ahn2023"] < 60 and 0.3 <= times["gatmiry2024"] < 60
     monkeypatch.setattr(jobs_module, "_local_file", lambda: None)  # no compilation cache
@@ -267,8 +315,14 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
 
     def assemble(size, out, parts):
         assembled.append(sorted(p.part for p in parts))
-        return E.PaperResult("parted", "a paper in two parts", size,
-                             [E.Check(f"claim of {p.part}", "1", "1", "exact", p.datasets["ok"]) for p in parts], [], [])
+        return E.PaperResult(
+            "parted",
+            "a paper in two parts",
+            size,
+            [E.Check(f"claim of {p.part}", "1", "1", "exact", p.datasets["ok"]) for p in parts],
+            [],
+            [],
+        )
 
     module = types.ModuleType("fake_parted_paper")
     module.PARTS = ("long", "short")
@@ -291,9 +345,10 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
     assert started == ["parted/long", "ahn2023", "gatmiry2024", "parted/short"]
     assert assembled == [["long", "short"]]
     assert [r.name for r in results] == names and [c.passed for c in results[1].checks] == [True, False]
-    assert ("[jaxicl] parted: 1 pass, 1 fail, 0 pass (not asserted), 0 not reproduced, 0 reported in 0.0 s over 2 "
-            "processes"
-            in capsys.readouterr().out)
+    assert (
+        "[jaxicl] parted: 1 pass, 1 fail, 0 pass (not asserted), 0 not reproduced, 0 reported in 0.0 s over 2 "
+        "processes" in capsys.readouterr().out
+    )
     report = (tmp_path / "report.md").read_text()
     assert report.index("## ahn2023") < report.index("## parted") < report.index("## gatmiry2024")
 
@@ -315,8 +370,10 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
         data = pickle.dumps([_fake_paper(name)])
         write = f"open({str(result_file)!r}, 'wb').write({data!r})"
         if name == "ahn2023":  # hangs the first time only
-            code = (f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
-                    f"    time.sleep(60)\n{write}")
+            code = (
+                f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
+                f"    time.sleep(60)\n{write}"
+            )
         elif name == "zhang2023":  # hangs every time
             code = "import time; time.sleep(60)"
         else:  # busy for longer than STALL_SECONDS: not a hang
@@ -348,8 +405,10 @@ def test_a_process_that_deadlocks_is_started_again_once_then_stopped(tmp_path):
     from jaxicl.runtime import watchdog
 
     starts = tmp_path / "starts"
-    hang = (f"import time\nfrom jaxicl.runtime.watchdog import watching\nopen({str(starts)!r}, 'a').write('x')\n"
-            "with watching(stall_seconds=1.0):\n    time.sleep(60)\n")
+    hang = (
+        f"import time\nfrom jaxicl.runtime.watchdog import watching\nopen({str(starts)!r}, 'a').write('x')\n"
+        "with watching(stall_seconds=1.0):\n    time.sleep(60)\n"
+    )
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-c", hang], capture_output=True, text=True, timeout=120)
     assert p.returncode == watchdog.EXIT_DEADLOCKED and starts.read_text() == "xx"
@@ -358,15 +417,20 @@ def test_a_process_that_deadlocks_is_started_again_once_then_stopped(tmp_path):
     assert p.stderr.count("starting the same command again") == 1
     assert "giving up" in p.stderr and 'File "<string>", line 5' in p.stderr  # the stack of the sleeping thread
     # a thread that still wakes now and then (0.6 % of a CPU) does not hide the stall
-    poll = ("import threading, time\nfrom jaxicl.runtime.watchdog import watching\n"
-            "def poll():\n    while True:\n        t = time.perf_counter()\n"
-            "        while time.perf_counter() < t + 0.003: pass\n        time.sleep(0.5)\nthreading.Thread(target=poll, daemon=True).start()\n"
-            "with watching(stall_seconds=4.0):\n    time.sleep(60)\n")
+    poll = (
+        "import threading, time\nfrom jaxicl.runtime.watchdog import watching\n"
+        "def poll():\n    while True:\n        t = time.perf_counter()\n"
+        "        while time.perf_counter() < t + 0.003: pass\n        "
+        "time.sleep(0.5)\nthreading.Thread(target=poll, daemon=True).start()\n"
+        "with watching(stall_seconds=4.0):\n    time.sleep(60)\n"
+    )
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-c", poll], capture_output=True, text=True, timeout=120)
     assert p.returncode == watchdog.EXIT_DEADLOCKED and time.monotonic() - t0 < 60
-    busy = ("import time\nfrom jaxicl.runtime.watchdog import watching\nwith watching(stall_seconds=1.0):\n    t = time.time()\n"
-            "    while time.time() < t + 3: pass\ntime.sleep(2)\nprint('done')\n")  # idle after the block: fine
+    busy = (
+        "import time\nfrom jaxicl.runtime.watchdog import watching\nwith watching(stall_seconds=1.0):\n    t = time.time()\n"
+        "    while time.time() < t + 3: pass\ntime.sleep(2)\nprint('done')\n"
+    )  # idle after the block: fine
     p = subprocess.run([sys.executable, "-c", busy], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "done\n" and "no CPU time" not in p.stderr
     with pytest.raises(ValueError, match="stall_seconds must be a positive"):
@@ -388,9 +452,11 @@ def test_a_stopped_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypat
 
     marker = tmp_path / "sleeping"
     # busy, then idle for less than the stall (a host-side wait), stopped there for three stalls, then busy again
-    work = ("import time\nfrom jaxicl.runtime.watchdog import watching\ndef busy(s):\n    t = time.process_time()\n"
-            "    while time.process_time() < t + s: pass\nwith watching(stall_seconds=1.0):\n    busy(0.5)\n"
-            f"    open({str(marker)!r}, 'w').close()\n    time.sleep(0.7)\n    busy(1.0)\nprint('done')\n")
+    work = (
+        "import time\nfrom jaxicl.runtime.watchdog import watching\ndef busy(s):\n    t = time.process_time()\n"
+        "    while time.process_time() < t + s: pass\nwith watching(stall_seconds=1.0):\n    busy(0.5)\n"
+        f"    open({str(marker)!r}, 'w').close()\n    time.sleep(0.7)\n    busy(1.0)\nprint('done')\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", work], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not marker.exists():
         time.sleep(0.01)
@@ -404,8 +470,12 @@ def test_a_stopped_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypat
 
     monkeypatch.setattr(jobs_module, "STALL_SECONDS", 1.0)
     pid_file = tmp_path / "pid"
-    child = [sys.executable, "-c", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-             "t = time.process_time()\nwhile time.process_time() < t + 1.5: pass"]
+    child = [
+        sys.executable,
+        "-c",
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "t = time.process_time()\nwhile time.process_time() < t + 1.5: pass",
+    ]
     status = []
     watcher = threading.Thread(target=lambda: status.append(jobs_module.run_watched(child, "stopped")))
     watcher.start()
@@ -449,9 +519,14 @@ def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tm
     monkeypatch.setattr(watchdog, "watching", fake_watching)
     monkeypatch.setattr(E, "reproduce", lambda names, **kwargs: [_fake_paper(n) for n in names])
     base = ["reproduce", "--out", str(tmp_path), "--no-cache"]
-    expected = {("ahn2023",): True, ("ahn2023", "gatmiry2024"): True, ("ahn2023", "gatmiry2024", "--jobs", "2"): False,
-                ("ahn2023", "--jobs", "2"): True, ("algoformer", "--jobs", "2"): False,  # its parts: processes
-                ("ahn2023", "--result-file", str(tmp_path / "r.pkl")): False}
+    expected = {
+        ("ahn2023",): True,
+        ("ahn2023", "gatmiry2024"): True,
+        ("ahn2023", "gatmiry2024", "--jobs", "2"): False,
+        ("ahn2023", "--jobs", "2"): True,
+        ("algoformer", "--jobs", "2"): False,  # its parts: processes
+        ("ahn2023", "--result-file", str(tmp_path / "r.pkl")): False,
+    }
     for extra, watch in expected.items():
         watched.clear()
         assert cli.main(base + list(extra)) == 0
@@ -496,15 +571,21 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     cmd = E._child_command("ahn2023", "quick", tmp_path, False, None, True, tmp_path / "r.pkl", threads=1)
     assert cmd[cmd.index("--cpu-threads") + 1] == "1"
     assert "--cpu-threads" not in E._child_command("ahn2023", "quick", tmp_path, False, None, True, tmp_path / "r.pkl")
-    probe = ("import os, sys, collections\nfrom jaxicl.runtime.xla_options import size_cpu_thread_pool\n"
-             "if sys.argv[1] != 'default': size_cpu_thread_pool(int(sys.argv[1]))\n"
-             "import jax, jax.numpy as jnp\njax.block_until_ready(jnp.ones((300, 300)) @ jnp.ones((300, 300)))\n"
-             "tasks = os.listdir('/proc/self/task')\n"
-             "pool = sum(open(f'/proc/self/task/{t}/comm').read().strip() == 'tf_XLAEigen' for t in tasks)\n"
-             "everywhere = all(os.sched_getaffinity(int(t)) == os.sched_getaffinity(0) for t in tasks)\n"
-             "print(pool, everywhere, len(os.sched_getaffinity(0)))")
-    run = lambda arg: subprocess.run([sys.executable, "-c", probe, arg], capture_output=True, text=True,  # noqa: E731
-                                     check=True).stdout.split()
+    probe = (
+        "import os, sys, collections\nfrom jaxicl.runtime.xla_options import size_cpu_thread_pool\n"
+        "if sys.argv[1] != 'default': size_cpu_thread_pool(int(sys.argv[1]))\n"
+        "import jax, jax.numpy as jnp\njax.block_until_ready(jnp.ones((300, 300)) @ jnp.ones((300, 300)))\n"
+        "tasks = os.listdir('/proc/self/task')\n"
+        "pool = sum(open(f'/proc/self/task/{t}/comm').read().strip() == 'tf_XLAEigen' for t in tasks)\n"
+        "everywhere = all(os.sched_getaffinity(int(t)) == os.sched_getaffinity(0) for t in tasks)\n"
+        "print(pool, everywhere, len(os.sched_getaffinity(0)))"
+    )
+    run = lambda arg: subprocess.run(
+        [sys.executable, "-c", probe, arg],
+        capture_output=True,
+        text=True,  # noqa: E731
+        check=True,
+    ).stdout.split()
     default, one = run("default"), run("1")
     assert int(default[0]) > 1  # XLA's own pool: one thread per CPU (the probe's reading of the thread names holds)
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
@@ -529,8 +610,11 @@ def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_c
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     with xla_options.default_xla_flags():
-        assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
-                                                   "--xla_gpu_autotune_level=0", "--xla_backend_optimization_level=1"]
+        assert os.environ["XLA_FLAGS"].split() == [
+            "--xla_force_host_platform_device_count=2",
+            "--xla_gpu_autotune_level=0",
+            "--xla_backend_optimization_level=1",
+        ]
     assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"  # as it was after the command
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's choice stays
     with xla_options.default_xla_flags():
@@ -605,8 +689,21 @@ def test_one_writer_per_out(tmp_path, capsys):
         assert cli.main(["reproduce", "gatmiry2024", "--out", str(tmp_path), "--no-cache"]) == 2
         err = capsys.readouterr().err
         assert "is in use by another jaxicl run (process" in err and "give this run another --out" in err
-        assert cli.main(["sweep", "--stage", "zhang2023:balanced_flow", "--grid", "sigma=[0.1]", "--out",
-                         str(tmp_path), "--no-cache"]) == 2
+        assert (
+            cli.main(
+                [
+                    "sweep",
+                    "--stage",
+                    "zhang2023:balanced_flow",
+                    "--grid",
+                    "sigma=[0.1]",
+                    "--out",
+                    str(tmp_path),
+                    "--no-cache",
+                ]
+            )
+            == 2
+        )
         assert "in use by another jaxicl run" in capsys.readouterr().err
     with exclusive_output(tmp_path):  # released
         pass
@@ -642,11 +739,12 @@ def sleeper(name, *args, **kwargs):
             "time.sleep(120)"]
 
 E._child_command = sleeper
-E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / 'out')!r}), False, None, True, jobs=2)
+E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / "out")!r}), False, None, True, jobs=2)
 """)
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    parent = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     for _ in range(600):  # both children started (each writes its pid)
         if len(list(pids.iterdir())) == 2:
             break
@@ -657,6 +755,7 @@ E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / 'o
     out, _ = parent.communicate(timeout=60)
     assert parent.returncode == 143, out
     assert "stopped by SIGTERM" in out
+
     def running(pid):  # a process that ended is gone, or a zombie that nobody reaped yet
         try:
             return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -671,11 +770,14 @@ E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / 'o
     assert not list(tmp_path.glob("jaxicl-results-*"))
 
 
-@pytest.mark.parametrize("error, status, says", [
-    ("checkpoint", 2, "was written by other settings"),
-    ("disk", 1, "no space left on the disk writing /out/fig.png"),
-    ("child", 1, "killed by SIGKILL"),
-])
+@pytest.mark.parametrize(
+    "error, status, says",
+    [
+        ("checkpoint", 2, "was written by other settings"),
+        ("disk", 1, "no space left on the disk writing /out/fig.png"),
+        ("child", 1, "killed by SIGKILL"),
+    ],
+)
 def test_known_errors_reach_the_user_as_one_message(error, status, says, tmp_path, monkeypatch, capsys):
     """The library's errors of a known cause leave the command as one line on stderr and an exit status, never a
     traceback: a checkpoint of other settings (2), a full disk (1), a --jobs process killed (1)."""
@@ -686,7 +788,9 @@ def test_known_errors_reach_the_user_as_one_message(error, status, says, tmp_pat
 
     def fail(*args, **kwargs):
         if error == "checkpoint":
-            raise CheckpointError("checkpoint x.ckpt was written by other settings (steps): remove it or use another --out")
+            raise CheckpointError(
+                "checkpoint x.ckpt was written by other settings (steps): remove it or use another --out"
+            )
         if error == "disk":
             raise OSError(errno.ENOSPC, "No space left on device", "/out/fig.png")
         raise E.JobFailed("the gatmiry2024 reproduction's process killed by SIGKILL before it finished")
@@ -727,12 +831,21 @@ def _fake_training_paper(monkeypatch):
         save_dataset(xr.Dataset({"lr": cfg.lr}), out / "fakepaper" / "data.nc")
         fig = plt.figure()
         save_paper_figure(fig, out, "fakepaper", "fig.png")
-        res = train(lambda w, k, s: jnp.sum(w ** 2), jnp.ones(2), cfg.steps, jax.random.key(0),
-                    optimizer=optax.sgd(cfg.lr), chunk_size=2, config={"lr": cfg.lr}, progress=False,
-                    checkpoint=out / "fakepaper" / "checkpoints" / "m.ckpt")
+        res = train(
+            lambda w, k, s: jnp.sum(w**2),
+            jnp.ones(2),
+            cfg.steps,
+            jax.random.key(0),
+            optimizer=optax.sgd(cfg.lr),
+            chunk_size=2,
+            config={"lr": cfg.lr},
+            progress=False,
+            checkpoint=out / "fakepaper" / "checkpoints" / "m.ckpt",
+        )
         assert res.step == cfg.steps
-        return E.PaperResult("fakepaper", "a fake paper", size, [E.Check(f"lr is {cfg.lr}", "-", "-", "exact", True)],
-                             [], [])
+        return E.PaperResult(
+            "fakepaper", "a fake paper", size, [E.Check(f"lr is {cfg.lr}", "-", "-", "exact", True)], [], []
+        )
 
     module = types.ModuleType("jaxicl_fakepaper")
     module.SIZES, module.run = {"quick": Config(), "full": Config()}, run
@@ -779,6 +892,6 @@ def test_a_jobs_child_writes_its_results_where_its_parent_stages_them(tmp_path, 
     with staged_results(out) as into:
         cmd = E._child_command("fakepaper", "quick", out, False, None, True, tmp_path / "r.pkl")
         assert cmd[cmd.index("--results-into") + 1] == str(into)
-        assert cli.main(cmd[cmd.index("reproduce"):] + ["--no-cache"]) == 0
+        assert cli.main(cmd[cmd.index("reproduce") :] + ["--no-cache"]) == 0
         assert (into / "fakepaper" / "data.nc").exists() and not (out / "fakepaper" / "data.nc").exists()
     assert (out / "fakepaper" / "data.nc").exists() and not into.exists()

@@ -11,18 +11,39 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_MODULES = ["jaxicl", "jaxicl.tasks", "jaxicl.models", "jaxicl.losses", "jaxicl.dynamics", "jaxicl.baselines",
-                  "jaxicl.theory.zhang", "jaxicl.theory.ahn", "jaxicl.theory.gatmiry", "jaxicl.theory.yang",
-                  "jaxicl.runtime", "jaxicl.runtime.placement", "jaxicl.runtime.jobs", "jaxicl.runtime.budget",
-                  "jaxicl.runtime.xla_options", "jaxicl.runtime.compilation_cache", "jaxicl.runtime.profiling",
-                  "jaxicl.experiments.settings", "jaxicl.experiments.stage_sweep"]
+PUBLIC_MODULES = [
+    "jaxicl",
+    "jaxicl.tasks",
+    "jaxicl.models",
+    "jaxicl.losses",
+    "jaxicl.dynamics",
+    "jaxicl.baselines",
+    "jaxicl.theory.zhang",
+    "jaxicl.theory.ahn",
+    "jaxicl.theory.gatmiry",
+    "jaxicl.theory.yang",
+    "jaxicl.runtime",
+    "jaxicl.runtime.placement",
+    "jaxicl.runtime.jobs",
+    "jaxicl.runtime.budget",
+    "jaxicl.runtime.xla_options",
+    "jaxicl.runtime.compilation_cache",
+    "jaxicl.runtime.profiling",
+    "jaxicl.experiments.settings",
+    "jaxicl.experiments.stage_sweep",
+]
 
 
 def _public(module):
     names = getattr(module, "__all__", None)
     if names is None:
-        names = [n for n, v in vars(module).items() if not n.startswith("_") and getattr(v, "__module__", None)
-                 == module.__name__ and (inspect.isfunction(v) or inspect.isclass(v))]
+        names = [
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_")
+            and getattr(v, "__module__", None) == module.__name__
+            and (inspect.isfunction(v) or inspect.isclass(v))
+        ]
     return names
 
 
@@ -30,16 +51,25 @@ def _public(module):
 def test_every_public_name_has_a_docstring(name):
     module = importlib.import_module(name)
     assert (module.__doc__ or "").strip(), f"{name} has no module docstring"
-    missing = [n for n in _public(module) if not inspect.ismodule(getattr(module, n))
-               and not (inspect.getdoc(getattr(module, n)) or "").strip()]
+    missing = [
+        n
+        for n in _public(module)
+        if not inspect.ismodule(getattr(module, n)) and not (inspect.getdoc(getattr(module, n)) or "").strip()
+    ]
     assert not missing, f"{name}: no docstring for {missing}"
 
 
 def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     site = tmp_path / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)], cwd=ROOT,
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     home = (site / "index.html").read_text()
     assert "jaxicl reproduce" in home and "<code" in home
@@ -49,14 +79,26 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     top = (site / "api" / "top-level" / "index.html").read_text()
     for anchor in ("jaxicl.population_loss", "jaxicl.sweep.sweep", "jaxicl.sensitivity.sensitivity"):
         assert f'id="{anchor}"' in top, anchor
-    for page in ("getting-started", "guides/gatmiry", "guides/sweeps", "guides/gpu", "guides/extending", "command-line",
-                 "api/theory", "api/runtime"):
+    for page in (
+        "getting-started",
+        "guides/gatmiry",
+        "guides/sweeps",
+        "guides/gpu",
+        "guides/extending",
+        "command-line",
+        "api/theory",
+        "api/runtime",
+    ):
         assert (site / page / "index.html").stat().st_size > 5000, page
     # equations: arithmatex spans, typeset by MathJax served from the site itself (no network)
     assert (site / "assets" / "mathjax" / "tex-svg.js").stat().st_size > 1_000_000
     losses = (site / "exact-losses" / "index.html").read_text()
-    assert 'class="arithmatex"' in losses and "assets/mathjax/tex-svg.js" in losses and "http" not in "".join(
-        line for line in losses.splitlines() if "<script" in line and "mathjax" in line.lower())
+    assert (
+        'class="arithmatex"' in losses
+        and "assets/mathjax/tex-svg.js" in losses
+        and "http"
+        not in "".join(line for line in losses.splitlines() if "<script" in line and "mathjax" in line.lower())
+    )
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with their stored outputs, figures too
         html = (site / "notebooks" / notebook.stem / "index.html").read_text()
         assert "image/png" in html or "<img" in html, notebook.stem
@@ -69,7 +111,11 @@ def test_code_blocks_fit_the_text_column():
 
     root = Path(__file__).parent.parent
     pages = [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md") if "reports" not in p.parts)]
-    wide = [(str(p.relative_to(root)), line) for p in pages
-            for block in re.findall(r"^```[^\n]*\n(.*?)^```", p.read_text(), re.S | re.M)
-            for line in block.splitlines() if len(line) > 88]
+    wide = [
+        (str(p.relative_to(root)), line)
+        for p in pages
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", p.read_text(), re.S | re.M)
+        for line in block.splitlines()
+        if len(line) > 88
+    ]
     assert not wide, wide

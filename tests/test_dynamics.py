@@ -8,10 +8,10 @@ import numpy as np
 import optax
 import pytest
 import xarray as xr
+from conftest import random_spd
 
 import jaxicl as icl
 from jaxicl.theory import zhang
-from conftest import random_spd
 
 D, N, SIGMA = 3, 10, 0.5
 LAM = jnp.diag(jnp.array([1.0, 0.5, 2.0]))
@@ -71,7 +71,9 @@ def test_flow_is_differentiable_in_the_init_scale():
 
     def final_loss(sigma):
         m0 = icl.models.LinearSelfAttention.balanced_init(2, sigma, key)
-        return icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, 5.0, n_save=3, rtol=1e-10, atol=1e-12).losses[-1]
+        return icl.gradient_flow(
+            lambda m: icl.population_loss(m, task), m0, 5.0, n_save=3, rtol=1e-10, atol=1e-12
+        ).losses[-1]
 
     g = jax.grad(final_loss)(0.3)
     fd = (final_loss(0.3 + 1e-5) - final_loss(0.3 - 1e-5)) / 2e-5
@@ -98,6 +100,7 @@ def test_diverging_flow_raises_with_time_and_quantity():
     # L(θ) = −θ⁴: dθ/dt = 4θ³ blows up at t = 1/(8 θ0²) = 0.125
     with pytest.raises(FloatingPointError, match=r"diverged at t = 0\.12"):
         icl.gradient_flow(lambda p: -jnp.sum(p["a"] ** 4), {"a": jnp.array(1.0)}, t1=1.0, max_steps=4000)
+
     # check=False: a jitted (here vmapped) flow without host callbacks, so the persistent cache can hold it; check_flow
     # raises the same way on the host, naming the batch's latest stop (θ0 = 1 blows up at t = 1/8, θ0 = 0.5 at 1/2)
     def flow(a0, check):
@@ -135,7 +138,9 @@ def test_gradient_descent_records_aux_and_can_report_divergence_instead_of_raisi
     _, (curve, aux) = icl.gradient_descent(loss, jnp.array(1.0), step=0.1, n_steps=20, record_every=5, has_aux=True)
     assert jnp.allclose(aux["theta"], 0.7 ** (5 * jnp.arange(4)), rtol=1e-12)  # θ at the recorded steps
     assert jnp.allclose(curve, 1.5 * aux["theta"] ** 2, rtol=1e-12)
-    _, curve = icl.gradient_descent(lambda p: 0.5 * 3.0 * p**2, jnp.array(1.0), step=10.0, n_steps=2000, check_finite=False)
+    _, curve = icl.gradient_descent(
+        lambda p: 0.5 * 3.0 * p**2, jnp.array(1.0), step=10.0, n_steps=2000, check_finite=False
+    )
     bad = ~jnp.isfinite(curve)
     assert bool(bad[-1]) and not bool(bad[0])  # |1 − 30|^k overflows: the curve says where, nothing raised
 
@@ -156,7 +161,9 @@ def test_unchecked_training_is_cacheable_and_the_host_still_names_the_diverging_
     expected = int(re.search(r"at step (\d+)", str(eager.value)).group(1))
     steps = jax.jit(jax.vmap(lambda e: icl.dynamics.first_nonfinite_step(run(e, False))))(jnp.array([0.1, 10.0, 0.5]))
     assert steps.tolist() == [-1, expected, -1] and 0 < expected < 400  # |1 − 30|^k overflows float32 mid-run
-    icl.dynamics.raise_if_diverged(xr.DataArray(np.array([-1, -1]), coords={"eta": [0.1, 0.5]}, dims="eta"))  # none diverged
+    icl.dynamics.raise_if_diverged(
+        xr.DataArray(np.array([-1, -1]), coords={"eta": [0.1, 0.5]}, dims="eta")
+    )  # none diverged
     with pytest.raises(FloatingPointError, match=rf"from step {expected} on at eta=10.0 \(1 of 3 grid points"):
         icl.dynamics.raise_if_diverged(xr.DataArray(np.asarray(steps), coords={"eta": [0.1, 10.0, 0.5]}, dims="eta"))
 
@@ -226,7 +233,8 @@ def test_gradient_flow_refuses_a_half_precision_model_with_the_way_out():
     import jax.numpy as jnp
 
     task = icl.tasks.LinearRegression(2, 4)
-    model = icl.dynamics.cast_floating(icl.models.LinearSelfAttention.random_init(2, 0.3, jax.random.PRNGKey(0)),
-                                       jnp.float16)
+    model = icl.dynamics.cast_floating(
+        icl.models.LinearSelfAttention.random_init(2, 0.3, jax.random.PRNGKey(0)), jnp.float16
+    )
     with pytest.raises(TypeError, match="float16 parameters; an adaptive ODE solve needs float32 or float64"):
         icl.gradient_flow(lambda m: icl.population_loss(m, task), model, t1=10.0)

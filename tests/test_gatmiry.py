@@ -35,8 +35,15 @@ def test_quadrature_is_exact_for_polynomials():
     assert float(jnp.sum(w * x**3)) == pytest.approx(((3.5**4 - 0.5**4) + (5.5**4 - 4.5**4)) / 4 / 4.0, rel=1e-12)
 
 
-@pytest.mark.parametrize("prior", [tasks.UniformScale.kappa(8.0), tasks.WindowedScale(np.linspace(1, 8, 5), 0.6),
-                                   tasks.WindowedScale(np.linspace(1, 8, 9), 0.5), tasks.DiscreteScale([1.0, 3.0, 8.0], [0.2, 0.3, 0.5])])
+@pytest.mark.parametrize(
+    "prior",
+    [
+        tasks.UniformScale.kappa(8.0),
+        tasks.WindowedScale(np.linspace(1, 8, 5), 0.6),
+        tasks.WindowedScale(np.linspace(1, 8, 9), 0.5),
+        tasks.DiscreteScale([1.0, 3.0, 8.0], [0.2, 0.3, 0.5]),
+    ],
+)
 def test_sampling_matches_quadrature(prior):
     """E[s] and E[s²] from 200k samples agree with the quadrature within 4 standard errors."""
     s = np.asarray(jax.vmap(prior.sample)(jax.random.split(jax.random.PRNGKey(0), 200_000)))
@@ -86,10 +93,14 @@ def test_priors_are_sweepable_leaves():
     """κ and w are array leaves: vmap over them gives the same exact losses as one call each."""
     model = _model(jax.random.PRNGKey(0))
     kappas = jnp.array([2.0, 4.0, 8.0])
-    f = lambda k: losses.fixed_gram_population_loss(model, tasks.ScaledIdentityCovariance(D, tasks.UniformScale(1.0, k)))  # noqa: E731
+    f = lambda k: losses.fixed_gram_population_loss(
+        model, tasks.ScaledIdentityCovariance(D, tasks.UniformScale(1.0, k))
+    )  # noqa: E731
     np.testing.assert_allclose(jax.vmap(f)(kappas), [f(k) for k in kappas], rtol=1e-12)
     ws = jnp.array([0.0, 0.2, 0.5])
-    h = lambda w: losses.fixed_gram_population_loss(model, tasks.ScaledIdentityCovariance(D, tasks.WindowedScale(jnp.array([1.0, 4.5, 8.0]), w)))  # noqa: E731
+    h = lambda w: losses.fixed_gram_population_loss(
+        model, tasks.ScaledIdentityCovariance(D, tasks.WindowedScale(jnp.array([1.0, 4.5, 8.0]), w))
+    )  # noqa: E731
     np.testing.assert_allclose(jax.vmap(h)(ws), [h(w) for w in ws], rtol=1e-12)
 
 
@@ -147,7 +158,9 @@ def test_fixed_gram_random_spectrum_has_no_closed_form():
 def test_gaussian_x_estimator_matches_plain_monte_carlo():
     """The statistics estimator (exact in x_q) and plain prompts through model.predict agree."""
     model = _model(jax.random.PRNGKey(5))
-    task = tasks.LinearRegression(D, N, tasks.ScaledIdentityCovariance(D, tasks.UniformScale.kappa(4.0)), "inverse_covariance")
+    task = tasks.LinearRegression(
+        D, N, tasks.ScaledIdentityCovariance(D, tasks.UniformScale.kappa(4.0)), "inverse_covariance"
+    )
     e = gaussian_x_errors(model, GaussianXBatch.sample(task, jax.random.PRNGKey(6), 100_000))
     mc, se = losses.mc_loss(model, task, jax.random.PRNGKey(7), 200_000, return_stderr=True)
     diff = float(0.5 * jnp.mean(e) - mc)
@@ -176,8 +189,12 @@ def test_worst_case_error_of_constructions(kappa):
     for L in (1, 3, 6):
         cheb = G.chebyshev_model(1.0, kappa, 3, L)
         gd = G.gd_model(1.0, kappa, 3, L)
-        assert G.worst_case_error(G.model_scalar_error(cheb), 1.0, kappa) == pytest.approx(G.chebyshev_worst_error(kappa, L), rel=1e-9)
-        assert G.worst_case_error(G.model_scalar_error(gd), 1.0, kappa) == pytest.approx(G.gd_worst_error(kappa, L), rel=1e-9)
+        assert G.worst_case_error(G.model_scalar_error(cheb), 1.0, kappa) == pytest.approx(
+            G.chebyshev_worst_error(kappa, L), rel=1e-9
+        )
+        assert G.worst_case_error(G.model_scalar_error(gd), 1.0, kappa) == pytest.approx(
+            G.gd_worst_error(kappa, L), rel=1e-9
+        )
         Sigma = np.diag([1.0, kappa, np.sqrt(kappa)])
         assert G.newton_iteration_error(1.0, kappa, L, Sigma) == pytest.approx(G.newton_worst_error(kappa, L), rel=1e-9)
         # random members of {I ≼ Σ ≼ κI} never do worse than the worst case
@@ -206,8 +223,13 @@ def test_optimal_polynomial_against_least_squares(L):
     assert np.sum(w * G.residual_polynomial(steps, x) ** 2) == pytest.approx(val, rel=1e-9)
     # p(s) = 1 + Σ_k c_k (P_k(t) − P_k(t0)), t = (2s − 9)/7: unconstrained least squares in c
     t, t0 = (2 * x - 9) / 7, -9 / 7
-    V = np.stack([np.polynomial.legendre.legval(t, np.eye(L + 1)[k]) - np.polynomial.legendre.legval(t0, np.eye(L + 1)[k])
-                  for k in range(1, L + 1)], axis=1)
+    V = np.stack(
+        [
+            np.polynomial.legendre.legval(t, np.eye(L + 1)[k]) - np.polynomial.legendre.legval(t0, np.eye(L + 1)[k])
+            for k in range(1, L + 1)
+        ],
+        axis=1,
+    )
     c = np.linalg.lstsq(np.sqrt(w)[:, None] * V, -np.sqrt(w), rcond=None)[0]
     assert np.sum(w * (1 + V @ c) ** 2) == pytest.approx(val, rel=1e-8)
     # looped: bisection against a dense grid
@@ -223,8 +245,13 @@ def test_trained_looped_fixed_gram_reaches_optimum():
     cov = tasks.ScaledIdentityCovariance(D, tasks.UniformScale.kappa(4.0))
     A0 = 1e-2 * jax.random.normal(jax.random.PRNGKey(0), (1, D, D))
     L = 3
-    res = dynamics.lbfgs(lambda A: losses.fixed_gram_population_loss(
-        LinearTransformer.restricted(A, looped=True, depth=L, max_depth=L), cov), A0, 60)
+    res = dynamics.lbfgs(
+        lambda A: losses.fixed_gram_population_loss(
+            LinearTransformer.restricted(A, looped=True, depth=L, max_depth=L), cov
+        ),
+        A0,
+        60,
+    )
     x, w = (np.asarray(v) for v in cov.scale.quadrature(32))
     assert float(res.losses[-1]) == pytest.approx(D * G.looped_optimum(x, w, L)[1], rel=1e-6)
 
@@ -250,7 +277,9 @@ def test_thm6_and_thm7():
         assert max(float(losses.fixed_gram_loss(model, jnp.asarray(b))) for b in B) <= 1e-10
         ood = float(losses.fixed_gram_loss(model, 8.0 * jnp.eye(D)))
         assert ood >= G.thm6_bound(1.0, 0.5, D, L)
-    A = G.looped_minimizer_diagonal(np.stack([np.diag(b) for b in G.thm6_training_covariances(1.0, 100.0, D, 10)]), np.full(10, 0.1), 10)
+    A = G.looped_minimizer_diagonal(
+        np.stack([np.diag(b) for b in G.thm6_training_covariances(1.0, 100.0, D, 10)]), np.full(10, 0.1), 10
+    )
     assert 1 / np.max(np.diag(A)) >= 50 * (1 - np.log(D * 10) / 10)
 
 
@@ -261,13 +290,23 @@ def test_thm8_monotone_tail():
     L0 = G.looped_monotone_from(A, s * np.eye(D))
     assert L0 > 1
     model = LinearTransformer.restricted(jnp.asarray(A)[None], looped=True, depth=40, max_depth=40)
-    vals = np.array([float(losses.fixed_gram_loss(LinearTransformer(model.params, looped=True, depth=L, max_depth=40), s * jnp.eye(D)))
-                     for L in range(1, 41)])
-    tail = vals[int(np.ceil(L0)) - 1:]
+    vals = np.array(
+        [
+            float(
+                losses.fixed_gram_loss(
+                    LinearTransformer(model.params, looped=True, depth=L, max_depth=40), s * jnp.eye(D)
+                )
+            )
+            for L in range(1, 41)
+        ]
+    )
+    tail = vals[int(np.ceil(L0)) - 1 :]
     assert np.all(np.diff(tail) > 0)
     steps = G.nonmonotone_steps(4.0, 6)
     multi = G.restricted_model(steps, D)
-    curve = [float(losses.fixed_gram_loss(LinearTransformer(multi.params, depth=L), 4.0 * jnp.eye(D))) for L in range(1, 7)]
+    curve = [
+        float(losses.fixed_gram_loss(LinearTransformer(multi.params, depth=L), 4.0 * jnp.eye(D))) for L in range(1, 7)
+    ]
     assert np.any(np.diff(curve) > 0) and np.any(np.diff(curve) < 0)
 
 
@@ -285,10 +324,18 @@ def test_depth_curves_in_one_program_equal_each_models_fixed_gram_loss():
     curves = np.asarray(losses.fixed_gram_depth_curves(layers, np.stack([Sigma, 2.0 * Sigma])))
     assert curves.shape == (2, T)
     looped = LinearTransformer.restricted(jnp.asarray(A_loop)[None], looped=True, depth=T, max_depth=T)
-    want_loop = [float(losses.fixed_gram_loss(LinearTransformer(looped.params, looped=True, depth=L, max_depth=T),
-                                              jnp.asarray(Sigma))) for L in range(1, T + 1)]
-    want_multi = [float(losses.fixed_gram_loss(LinearTransformer.restricted(jnp.asarray(multi[:L])), 2.0 * jnp.asarray(Sigma)))
-                  for L in range(1, 4)]
+    want_loop = [
+        float(
+            losses.fixed_gram_loss(
+                LinearTransformer(looped.params, looped=True, depth=L, max_depth=T), jnp.asarray(Sigma)
+            )
+        )
+        for L in range(1, T + 1)
+    ]
+    want_multi = [
+        float(losses.fixed_gram_loss(LinearTransformer.restricted(jnp.asarray(multi[:L])), 2.0 * jnp.asarray(Sigma)))
+        for L in range(1, 4)
+    ]
     np.testing.assert_allclose(curves[0], want_loop, rtol=1e-12)
     np.testing.assert_allclose(curves[1], want_multi + [want_multi[-1]] * (T - 3), rtol=1e-12)
     with pytest.raises(ValueError, match="shape"):
@@ -299,10 +346,27 @@ def test_a_diverging_fig1_run_raises_naming_the_grid_point_and_step():
     """The Fig. 1 sweep program carries no host callback (so the persistent cache can hold it); divergence is
     checked on the host from the returned first non-finite step. In float32, a 1e6 initial scale overflows the
     depth-4 prediction (∝ ‖A‖⁴, squared in the loss) at step 0 and leaves depth 1 finite."""
-    cfg = dataclasses.replace(gat.Config(), d=2, n=4, kappas=(2.0,), depths=(1, 4), seeds=1, batch=8, steps=6,
-                              init_scale=1e6, test_batch=64, curve_windows=2)
-    with pytest.raises(FloatingPointError, match=r"not finite from step 0 on at kappa=2.0, depth=4, looped=0, seed=0 "
-                                                 r"\(2 of 4 grid points diverged\)"), jax.enable_x64(False):
+    cfg = dataclasses.replace(
+        gat.Config(),
+        d=2,
+        n=4,
+        kappas=(2.0,),
+        depths=(1, 4),
+        seeds=1,
+        batch=8,
+        steps=6,
+        init_scale=1e6,
+        test_batch=64,
+        curve_windows=2,
+    )
+    with (
+        pytest.raises(
+            FloatingPointError,
+            match=r"not finite from step 0 on at kappa=2.0, depth=4, looped=0, seed=0 "
+            r"\(2 of 4 grid points diverged\)",
+        ),
+        jax.enable_x64(False),
+    ):
         gat.fig1_sweep(cfg, jax.random.PRNGKey(0))  # float32, as the reproduction runs it
 
 
@@ -315,7 +379,8 @@ def test_step_sizes_learned_through_gradient_descent_are_chebyshevs():
     ds = gat.learned_steps_sweep(cfg)
     assert ds.learned.shape == (2, 3)
     np.testing.assert_allclose(ds.learned.values, ds.chebyshev.values, rtol=1e-2)
-    np.testing.assert_allclose(ds.learned_worst_error.values, G.chebyshev_worst_error(np.array([4.0, 64.0]), 3),
-                               rtol=1e-2)
+    np.testing.assert_allclose(
+        ds.learned_worst_error.values, G.chebyshev_worst_error(np.array([4.0, 64.0]), 3), rtol=1e-2
+    )
     assert np.all(ds.learned_worst_error.values >= ds.chebyshev_worst_error.values * (1 - 1e-9))  # Chebyshev is optimal
     assert np.all(ds.gd_worst_error.values > ds.learned_worst_error.values)  # beats the best constant step

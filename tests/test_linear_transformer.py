@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_spd
 
 import jaxicl as icl
 from jaxicl.models import (
@@ -17,8 +18,6 @@ from jaxicl.models import (
     SingleLayerWeights,
 )
 from jaxicl.tasks import LinearRegression, Prompt, embed
-
-from conftest import random_spd
 
 KEY = jax.random.PRNGKey(7)
 
@@ -80,7 +79,11 @@ def test_gram_kernel_values_and_gradients_match_autodiff_of_direct_form():
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     # gradients with respect to the data (through C_0, z_q) too
     dC1 = jax.grad(lambda c: jnp.sum(model.predict_gram(GramBatch(c, gram.z_query, gram.y_query, gram.n)) ** 2))(gram.C)
-    dC2 = jax.grad(lambda c: jnp.sum(model.predict_gram(GramBatch(c, gram.z_query, gram.y_query, gram.n), reverse_kernel=False) ** 2))(gram.C)
+    dC2 = jax.grad(
+        lambda c: jnp.sum(
+            model.predict_gram(GramBatch(c, gram.z_query, gram.y_query, gram.n), reverse_kernel=False) ** 2
+        )
+    )(gram.C)
     sym = lambda a: 0.5 * (a + jnp.swapaxes(a, 0, 1))  # C is symmetric: compare symmetric parts
     np.testing.assert_allclose(sym(dC1), sym(dC2), rtol=1e-9, atol=1e-12)
 
@@ -110,18 +113,27 @@ def test_looped_model_equals_unrolled_copies_and_depth_masks_layers():
     np.testing.assert_allclose(jax.vmap(looped.predict)(prompts), jax.vmap(unrolled.predict)(prompts), rtol=1e-12)
     # the loop count is a runtime value: vmap over it, one compiled program
     counts = jnp.arange(6)
-    preds = jax.vmap(lambda c: LinearTransformer(m1.params, looped=True, depth=c, max_depth=5).predict(
-        jax.tree_util.tree_map(lambda a: a[0], prompts)))(counts)
+    preds = jax.vmap(
+        lambda c: LinearTransformer(m1.params, looped=True, depth=c, max_depth=5).predict(
+            jax.tree_util.tree_map(lambda a: a[0], prompts)
+        )
+    )(counts)
     p0 = jax.tree_util.tree_map(lambda a: a[0], prompts)
-    np.testing.assert_allclose(preds, looped.layer_predictions(p0)[:1].tolist() + list(
-        LinearTransformer(m1.params, looped=True, depth=5).layer_predictions(p0)[1:]), rtol=1e-12)
+    np.testing.assert_allclose(
+        preds,
+        looped.layer_predictions(p0)[:1].tolist()
+        + list(LinearTransformer(m1.params, looped=True, depth=5).layer_predictions(p0)[1:]),
+        rtol=1e-12,
+    )
     # depth < max_depth switches trailing layers off
     m3 = LinearTransformer.init(KEY, 4, 3, scale=0.3)
     P3, Q3 = m3.params.weights()
     short = LinearTransformer(m3.params, depth=2)
     two = LinearTransformer.full(P3[:2], Q3[:2])
     np.testing.assert_allclose(jax.vmap(short.predict)(prompts), jax.vmap(two.predict)(prompts), rtol=1e-12)
-    np.testing.assert_allclose(short.predict_gram(GramBatch.from_prompts(prompts)), jax.vmap(two.predict)(prompts), rtol=1e-12)
+    np.testing.assert_allclose(
+        short.predict_gram(GramBatch.from_prompts(prompts)), jax.vmap(two.predict)(prompts), rtol=1e-12
+    )
 
 
 def test_parametrizations_build_the_papers_block_structure_and_round_trip():
@@ -172,7 +184,9 @@ def test_a_parametrization_that_cannot_express_the_weights_says_so():
 def test_bad_input_gets_clear_errors():
     model = LinearTransformer.init(KEY, 4, 2)
     with pytest.raises(ValueError, match="d=4"):
-        model.predict(_prompts(d=3, batch=1).__class__(*(a[0] for a in jax.tree_util.tree_leaves(_prompts(d=3, batch=1)))))
+        model.predict(
+            _prompts(d=3, batch=1).__class__(*(a[0] for a in jax.tree_util.tree_leaves(_prompts(d=3, batch=1))))
+        )
     with pytest.raises(ValueError, match="n >= 1"):
         model(jnp.zeros((5, 1)))
     with pytest.raises(ValueError, match="n_context"):

@@ -4,11 +4,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import random_spd
 
 import jaxicl as icl
 from jaxicl.losses import NoClosedFormError
 from jaxicl.theory import zhang
-from conftest import random_spd
 
 N_SE = 3.0  # Monte-Carlo tolerance in standard errors
 

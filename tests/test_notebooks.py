@@ -15,12 +15,17 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 SLOW = {"differentiable_dynamics", "ahn2023", "algoformer", "gatmiry2024"}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in SLOW else []) for p in NOTEBOOKS],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=[pytest.mark.slow] if p.stem in SLOW else []) for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
 def test_notebook_executes(path):
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
     assert not errors
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     CHECKS[path.stem](text)
@@ -81,4 +86,11 @@ def _differentiable(text):
     assert float(text.split("max relative excess of the worst-case error:")[1].split()[0]) <= 1e-2
 
 
-CHECKS = {"differentiable_dynamics": _differentiable, "algoformer": _algoformer, "zhang2023": _zhang, "ahn2023": _ahn, "gatmiry2024": _gatmiry, "yang2024": _yang}
+CHECKS = {
+    "differentiable_dynamics": _differentiable,
+    "algoformer": _algoformer,
+    "zhang2023": _zhang,
+    "ahn2023": _ahn,
+    "gatmiry2024": _gatmiry,
+    "yang2024": _yang,
+}

@@ -68,15 +68,21 @@ compilation_cache.enable(sys.argv[1], min_compile_seconds=0.0)
 timer = StageTimer()
 scale = float(sys.argv[2])
 # a "model" whose constant and shape come from the command line: a changed model is a different program
-out = jax.jit(lambda x: jnp.tanh(scale * x) @ x.T)(jnp.arange(int(sys.argv[3]) ** 2, dtype=jnp.float32).reshape(int(sys.argv[3]), -1) / 100)
+out = jax.jit(lambda x: jnp.tanh(scale * x) @ x.T)(jnp.arange(int(sys.argv[3]) ** 2,
+dtype=jnp.float32).reshape(int(sys.argv[3]), -1) / 100)
 stage = timer.lap("x")
 print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "sum": float(out.sum())}))
 """
 
 
 def _run(cache, scale, n):
-    res = subprocess.run([sys.executable, "-c", _PROGRAM, str(cache), str(scale), str(n)], capture_output=True,
-                         text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    res = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, str(cache), str(scale), str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -87,7 +93,9 @@ def test_the_persistent_cache_is_reused_and_a_changed_model_recompiles(tmp_path)
     warm = _run(cache, 0.5, 8)
     assert warm["hits"] >= 1 and warm["sum"] == cold["sum"]  # read back, same numbers
     changed = _run(cache, 0.7, 8)  # another constant: another program, compiled afresh
-    reference = float((jnp.tanh(0.7 * (jnp.arange(64.0) / 100).reshape(8, 8)) @ (jnp.arange(64.0) / 100).reshape(8, 8).T).sum())
+    reference = float(
+        (jnp.tanh(0.7 * (jnp.arange(64.0) / 100).reshape(8, 8)) @ (jnp.arange(64.0) / 100).reshape(8, 8).T).sum()
+    )
     assert changed["sum"] == pytest.approx(reference, rel=1e-5)
     reshaped = _run(cache, 0.5, 9)  # another shape
     assert reshaped["sum"] != cold["sum"]
@@ -100,7 +108,9 @@ def test_cli_cache_options(tmp_path, capsys, monkeypatch):
     assert args.no_cache and args.cache_dir is None
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    with pytest.raises(SystemExit, match=r"cannot write to the compilation cache .*xla \(Not a directory\)\. Pass --cache-dir"):
+    with pytest.raises(
+        SystemExit, match=r"cannot write to the compilation cache .*xla \(Not a directory\)\. Pass --cache-dir"
+    ):
         cli.main(["reproduce", "zhang2023", "--cache-dir", str(blocked / "xla"), "--out", str(tmp_path / "o")])
     from jaxicl.runtime import compilation_cache
 
@@ -128,9 +138,20 @@ print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "loss": 
 def test_a_gradient_flow_is_read_back_from_the_persistent_cache_in_a_new_process(tmp_path):
     """A flow's program holds no host callback (diffrax's checks of the save times are resolved while tracing, on
     the host's constant times), so a second process reads every program it needs from the persistent cache."""
-    runs = [json.loads(subprocess.run([sys.executable, "-c", _FLOW, str(tmp_path / "xla")], capture_output=True,
-                                      text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
-                                      ).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", _FLOW, str(tmp_path / "xla")],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        for _ in range(2)
+    ]
     cold, warm = runs
     assert cold["hits"] == 0 and warm["programs"] >= 1 and warm["hits"] == warm["programs"]
     assert warm["loss"] == cold["loss"]

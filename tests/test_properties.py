@@ -13,16 +13,24 @@ from hypothesis import strategies as st
 import jaxicl as icl
 from jaxicl.sweep_config import DEFAULTS, RANGES, SCHEMA, ConfigError, load_config
 
-SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 NOT_NUMBERS = st.one_of(st.text(max_size=5), st.booleans(), st.none(), st.lists(st.integers(), max_size=2))
 
 
 def invalid_integers(low: int):
     """Anything that is not an integer >= ``low``: smaller integers, non-integral or non-finite floats, non-numbers."""
-    return st.one_of(st.integers(max_value=low - 1), st.integers(max_value=low - 1).map(float),
-                     st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: not float(x).is_integer()),
-                     NOT_NUMBERS)
+    return st.one_of(
+        st.integers(max_value=low - 1),
+        st.integers(max_value=low - 1).map(float),
+        st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: not float(x).is_integer()),
+        NOT_NUMBERS,
+    )
 
 
 def invalid_reals(gt: float | None = None, ge: float | None = None):
@@ -68,7 +76,9 @@ def configs_with_one_invalid_value(draw):
         body["grid"][name] = [*([2.0] if name == "kappa" else [3]), value]
     else:
         body[section][name] = value
-    text = "\n".join(f"[{s}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in fields.items()) for s, fields in body.items())
+    text = "\n".join(
+        f"[{s}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in fields.items()) for s, fields in body.items()
+    )
     return text, key
 
 
@@ -94,28 +104,46 @@ CALLS = {
     "balanced_init: d": (lambda v: icl.models.LinearSelfAttention.balanced_init(v, 0.1, KEY), ("integer", {"low": 1})),
     "balanced_init: sigma": (lambda v: icl.models.LinearSelfAttention.balanced_init(2, v, KEY), ("real", {"gt": 0.0})),
     "random_init: scale": (lambda v: icl.models.LinearSelfAttention.random_init(2, v, KEY), ("real", {"ge": 0.0})),
-    "LinearTransformer.init: n_layers": (lambda v: icl.models.LinearTransformer.init(KEY, 2, v),
-                                         ("integer", {"low": 1})),
-    "LinearTransformer.init: scale": (lambda v: icl.models.LinearTransformer.init(KEY, 2, 1, scale=v),
-                                      ("real", {"ge": 0.0})),
-    "MultiHeadSoftmaxICL.init: d": (lambda v: icl.models.MultiHeadSoftmaxICL.init(KEY, 2, v, 3),
-                                    ("integer", {"low": 1})),
+    "LinearTransformer.init: n_layers": (
+        lambda v: icl.models.LinearTransformer.init(KEY, 2, v),
+        ("integer", {"low": 1}),
+    ),
+    "LinearTransformer.init: scale": (
+        lambda v: icl.models.LinearTransformer.init(KEY, 2, 1, scale=v),
+        ("real", {"ge": 0.0}),
+    ),
+    "MultiHeadSoftmaxICL.init: d": (
+        lambda v: icl.models.MultiHeadSoftmaxICL.init(KEY, 2, v, 3),
+        ("integer", {"low": 1}),
+    ),
     "β": (lambda v: icl.models.MultiHeadSoftmaxICL.init(KEY, 2, 2, 3, beta=v), ("real", {"gt": 0.0})),
     "n_context": (lambda v: icl.tasks.RepresentationRegression(2, v), ("integer", {"low": 1})),
-    "t1": (lambda v: icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), v),
-                          ("real", {"gt": 0.0})),  # "gradient_flow needs a finite Python float t1 > 0 …"
-    "gradient_flow: rtol": (lambda v: icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 1.0, rtol=v),
-                            ("real", {"gt": 0.0})),
-    "gradient_flow: n_save": (lambda v: icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 1.0, n_save=v),
-                              ("integer", {"low": 2})),
-    "gradient_descent: step": (lambda v: icl.gradient_descent(lambda p: jnp.sum(p**2), jnp.ones(2), v, 3),
-                               ("real", {"ge": 0.0})),
-    "gradient_descent: n_steps": (lambda v: icl.gradient_descent(lambda p: jnp.sum(p**2), jnp.ones(2), 0.1, v),
-                                  ("integer", {"low": 1})),
+    "t1": (
+        lambda v: icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), v),
+        ("real", {"gt": 0.0}),
+    ),  # "gradient_flow needs a finite Python float t1 > 0 …"
+    "gradient_flow: rtol": (
+        lambda v: icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 1.0, rtol=v),
+        ("real", {"gt": 0.0}),
+    ),
+    "gradient_flow: n_save": (
+        lambda v: icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 1.0, n_save=v),
+        ("integer", {"low": 2}),
+    ),
+    "gradient_descent: step": (
+        lambda v: icl.gradient_descent(lambda p: jnp.sum(p**2), jnp.ones(2), v, 3),
+        ("real", {"ge": 0.0}),
+    ),
+    "gradient_descent: n_steps": (
+        lambda v: icl.gradient_descent(lambda p: jnp.sum(p**2), jnp.ones(2), 0.1, v),
+        ("integer", {"low": 1}),
+    ),
     "mc_loss: batch": (lambda v: icl.mc_loss(MODEL, TASK, KEY, batch=v), ("integer", {"low": 1})),
     "mc_loss: chunk_size": (lambda v: icl.mc_loss(MODEL, TASK, KEY, batch=10, chunk_size=v), ("integer", {"low": 1})),
-    "finite_difference: eps": (lambda v: icl.finite_difference(lambda x: x**2, {"x": 1.0}, eps=v),
-                               ("real", {"gt": 0.0})),
+    "finite_difference: eps": (
+        lambda v: icl.finite_difference(lambda x: x**2, {"x": 1.0}, eps=v),
+        ("real", {"gt": 0.0}),
+    ),
     "sweep: chunk_size": (lambda v: icl.sweep(lambda x: x, {"x": [1.0]}, chunk_size=v), ("integer", {"low": 1})),
     "grid axis 'x'": (lambda v: icl.sweep(lambda x: x, {"x": [1.0, v]}), ("real", {})),
 }
@@ -165,8 +193,7 @@ def _invalid_setting(key: str, like):
         entry = like[0] if like else 0.0
         bad = _invalid_setting(key, entry)
         good = st.just(list(entry) if isinstance(entry, tuple) else entry)
-        return st.one_of(st.just([]), bad.filter(lambda v: not isinstance(v, list)),
-                         st.tuples(good, bad).map(list))
+        return st.one_of(st.just([]), bad.filter(lambda v: not isinstance(v, list)), st.tuples(good, bad).map(list))
     return st.text(max_size=8).filter(lambda v: v not in CHOICES.get(name, ()))
 
 
@@ -177,8 +204,11 @@ def paper_settings_with_one_invalid_value(draw):
     from jaxicl.experiments.settings import CHOICES, flat
 
     paper = draw(st.sampled_from(PAPERS))
-    fields = {k: v for k, v in flat(_modules([paper])[paper].SIZES["quick"]).items()
-              if v is not None or k.split(".")[-1] in CHOICES}  # text settings without choices take any text
+    fields = {
+        k: v
+        for k, v in flat(_modules([paper])[paper].SIZES["quick"]).items()
+        if v is not None or k.split(".")[-1] in CHOICES
+    }  # text settings without choices take any text
     key = draw(st.sampled_from(sorted(fields)))
     value = draw(_invalid_setting(key, fields[key]))
     return paper, key, "none" if value is None else value  # TOML has no null
@@ -186,8 +216,7 @@ def paper_settings_with_one_invalid_value(draw):
 
 @SETTINGS
 @given(case=paper_settings_with_one_invalid_value())
-def test_a_setting_outside_its_papers_domain_is_refused_at_once_naming_it(case, tmp_path_factory, monkeypatch,
-                                                                          capsys):
+def test_a_setting_outside_its_papers_domain_is_refused_at_once_naming_it(case, tmp_path_factory, monkeypatch, capsys):
     """``jaxicl reproduce PAPER --set KEY=VALUE`` with a value outside the setting's domain exits 2 with one message
     naming the setting and no traceback, before any work: a reproduction started fails the test (so the refusal takes
     the settings check's milliseconds, whatever the value)."""

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).parent.parent
 TEN_LINES = r"## The library in ten lines\n\n```python\n(.*?)```"
 
@@ -22,12 +21,18 @@ def test_readme_example_runs():
     assert ns["sol"].losses[-1] < ns["sol"].losses[0]
 
 
-
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
 # the guide pages whose examples these tests run and check; tests/test_doc_examples.py runs every other page's
-CHECKED_PAGES = ("README.md", "docs/getting-started.md", "docs/guides/linear-transformers.md", "docs/guides/gatmiry.md",
-                 "docs/guides/yang.md", "docs/guides/softmax-transformers.md", "docs/guides/differentiating.md",
-                 "docs/guides/extending.md")
+CHECKED_PAGES = (
+    "README.md",
+    "docs/getting-started.md",
+    "docs/guides/linear-transformers.md",
+    "docs/guides/gatmiry.md",
+    "docs/guides/yang.md",
+    "docs/guides/softmax-transformers.md",
+    "docs/guides/differentiating.md",
+    "docs/guides/extending.md",
+)
 
 
 def _run_page(page: str) -> dict:

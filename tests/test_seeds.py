@@ -57,7 +57,6 @@ def test_algoformer_fig2_claims_hold_for_three_seeds(task, seed, tmp_path, monke
     _assert_pass(_seeded(A.fig2_checks(cfg, part.datasets["fig2"], (task,))), seed)
 
 
-
 @pytest.mark.slow  # about 10 minutes a seed on 2 cores (six transformers)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_yang_transformer_claims_hold_for_three_seeds(seed, tmp_path):

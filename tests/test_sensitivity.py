@@ -23,8 +23,9 @@ def _flow_loss(sigma, lam, t1=2.0, adjoint="recursive"):
     """Population loss of Zhang et al.'s LSA after gradient flow to t1 from Assumption 3.3 at scale σ."""
     task = _lsa_task(lam)
     m0 = icl.models.LinearSelfAttention.balanced_init(D, sigma, KEY)
-    sol = icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, t1, rtol=1e-12, atol=1e-14, n_save=2,
-                            adjoint=adjoint)
+    sol = icl.gradient_flow(
+        lambda m: icl.population_loss(m, task), m0, t1, rtol=1e-12, atol=1e-14, n_save=2, adjoint=adjoint
+    )
     return sol.losses[-1]
 
 
@@ -40,8 +41,9 @@ def test_flow_final_loss_in_sigma_and_spectrum_every_adjoint_matches_finite_diff
     fd = icl.finite_difference(_flow_loss, at, eps=1e-5)
     _assert_close(icl.sensitivity(_flow_loss, at), fd, 1e-7)
     _assert_close(icl.sensitivity(lambda sigma, lam: _flow_loss(sigma, lam, adjoint="backsolve"), at), fd, 1e-6)
-    _assert_close(icl.sensitivity(lambda sigma, lam: _flow_loss(sigma, lam, adjoint="forward"), at, mode="forward"),
-                  fd, 1e-7)
+    _assert_close(
+        icl.sensitivity(lambda sigma, lam: _flow_loss(sigma, lam, adjoint="forward"), at, mode="forward"), fd, 1e-7
+    )
 
 
 def test_time_to_a_loss_level_is_differentiable():
@@ -52,13 +54,17 @@ def test_time_to_a_loss_level_is_differentiable():
     def time_to_level(sigma):
         task = _lsa_task(LAM)
         m0 = icl.models.LinearSelfAttention.balanced_init(D, sigma, KEY)
-        return icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, 1e4, rtol=1e-12, atol=1e-14, n_save=2,
-                                 stop_at_loss=level).t_final
+        return icl.gradient_flow(
+            lambda m: icl.population_loss(m, task), m0, 1e4, rtol=1e-12, atol=1e-14, n_save=2, stop_at_loss=level
+        ).t_final
 
     t = float(time_to_level(0.3))
     assert 0 < t < 1e4
-    _assert_close(icl.sensitivity(time_to_level, {"sigma": 0.3}),
-                  icl.finite_difference(time_to_level, {"sigma": 0.3}, eps=1e-5), 1e-6)
+    _assert_close(
+        icl.sensitivity(time_to_level, {"sigma": 0.3}),
+        icl.finite_difference(time_to_level, {"sigma": 0.3}, eps=1e-5),
+        1e-6,
+    )
 
 
 def test_derivative_of_the_converged_loss_in_the_covariance_is_lemma_5_3s():
@@ -70,8 +76,9 @@ def test_derivative_of_the_converged_loss_in_the_covariance_is_lemma_5_3s():
     def converged(Lam):
         task = icl.tasks.LinearRegression(D, N, icl.tasks.FixedCovariance((Lam + Lam.T) / 2))
         m0 = icl.models.LinearSelfAttention.balanced_init(D, 0.3, KEY)
-        return icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, 400.0, rtol=1e-12, atol=1e-14,
-                                 n_save=2).losses[-1]
+        return icl.gradient_flow(
+            lambda m: icl.population_loss(m, task), m0, 400.0, rtol=1e-12, atol=1e-14, n_save=2
+        ).losses[-1]
 
     through_flow = icl.sensitivity(converged, {"Lam": Lam})["Lam"]
     closed_form = jax.grad(lambda L: zhang.min_population_loss((L + L.T) / 2, N))(Lam)
@@ -81,13 +88,22 @@ def test_derivative_of_the_converged_loss_in_the_covariance_is_lemma_5_3s():
     U0 = 0.3 * jnp.eye(D) / jnp.sqrt(D)
 
     def reduced_final(n, t1):
-        sol = icl.gradient_flow(lambda th: zhang.reduced_loss(th[0], th[1], Lam, n), (U0, jnp.asarray(0.3)), t1,
-                                rtol=1e-12, atol=1e-14, n_save=2)
+        sol = icl.gradient_flow(
+            lambda th: zhang.reduced_loss(th[0], th[1], Lam, n),
+            (U0, jnp.asarray(0.3)),
+            t1,
+            rtol=1e-12,
+            atol=1e-14,
+            n_save=2,
+        )
         return sol.losses[-1]
 
     at = {"n": float(N)}
-    _assert_close(icl.sensitivity(lambda n: reduced_final(n, 3.0), at),
-                  icl.finite_difference(lambda n: reduced_final(n, 3.0), at, eps=1e-5), 1e-6)
+    _assert_close(
+        icl.sensitivity(lambda n: reduced_final(n, 3.0), at),
+        icl.finite_difference(lambda n: reduced_final(n, 3.0), at, eps=1e-5),
+        1e-6,
+    )
     d_min = jax.grad(lambda n: zhang.min_reduced_loss(Lam, n))(float(N))
     np.testing.assert_allclose(icl.sensitivity(lambda n: reduced_final(n, 400.0), at)["n"], d_min, rtol=1e-7)
 
@@ -103,9 +119,11 @@ def test_decay_rate_by_differentiating_the_time_scale_obeys_the_pl_bound():
     loss = lambda m: icl.population_loss(m, task)  # noqa: E731
     mu = float(zhang.pl_constant(0.3, m0.W_kq[:D, :D] / 0.3, Lam, N))
     for T in (0.5, 5.0):
+
         def log_gap(r, T=T):
-            sol = icl.gradient_flow(loss, m0, T, rtol=1e-12, atol=1e-14, n_save=2, rates=jax.tree_util.tree_map(
-                lambda _: r, m0))
+            sol = icl.gradient_flow(
+                loss, m0, T, rtol=1e-12, atol=1e-14, n_save=2, rates=jax.tree_util.tree_map(lambda _: r, m0)
+            )
             return jnp.log(sol.losses[-1] - lmin)
 
         rate = float(icl.sensitivity(log_gap, {"r": 1.0})["r"]) / T
@@ -152,7 +170,9 @@ def test_optax_train_learning_rate_derivative_with_checkpointing():
     test = task.prompts(jax.random.PRNGKey(7), 64)
 
     def final_loss(lr, checkpoints=None):
-        trained, _ = icl.optax_train(batch_loss, model, optax.adam(lr, eps_root=1e-16), 30, KEY, checkpoints=checkpoints)
+        trained, _ = icl.optax_train(
+            batch_loss, model, optax.adam(lr, eps_root=1e-16), 30, KEY, checkpoints=checkpoints
+        )
         return icl.losses.sequence_loss(trained, test)
 
     at = {"lr": 3e-3}
@@ -173,7 +193,10 @@ def test_paths_without_a_derivative_are_errors_that_name_the_argument():
         m0 = icl.models.LinearSelfAttention.balanced_init(D, sigma, KEY)
         return icl.gradient_flow(loss, m0, 50.0, n_save=2, **kw).losses[-1]
 
-    for kw, name in (({"stop_when": lambda m: loss(m) < 0.7}, "stop_when"), ({"steady_state_tol": 1e-3}, "steady_state_tol")):
+    for kw, name in (
+        ({"stop_when": lambda m: loss(m) < 0.7}, "stop_when"),
+        ({"steady_state_tol": 1e-3}, "steady_state_tol"),
+    ):
         assert np.isfinite(float(stopped(0.3, **kw)))  # without a derivative it runs
         with pytest.raises(ValueError, match=f"{name}.*not differentiable.*stop_at_loss"):
             jax.grad(lambda s, kw=kw: stopped(s, **kw))(0.3)
@@ -182,8 +205,15 @@ def test_paths_without_a_derivative_are_errors_that_name_the_argument():
     with pytest.raises(TypeError, match="'N' = 6.*integer.*N=6.0"):
         icl.sensitivity(lambda N: zhang.min_population_loss(jnp.diag(LAM), N), {"N": 6})
     with pytest.raises(TypeError, match="n_steps is a traced value"):
-        jax.grad(lambda n: icl.gradient_descent(loss, icl.models.LinearSelfAttention.balanced_init(D, 0.3, KEY),
-                                                0.1, n)[1][-1])(3.0)
+        jax.grad(
+            lambda n: icl.gradient_descent(loss, icl.models.LinearSelfAttention.balanced_init(D, 0.3, KEY), 0.1, n)[1][
+                -1
+            ]
+        )(3.0)
     with pytest.raises(ValueError, match="Python float t1"):
-        jax.grad(lambda t1: stopped(0.3) * 0 + icl.gradient_flow(
-            loss, icl.models.LinearSelfAttention.balanced_init(D, 0.3, KEY), t1).losses[-1])(5.0)
+        jax.grad(
+            lambda t1: (
+                stopped(0.3) * 0
+                + icl.gradient_flow(loss, icl.models.LinearSelfAttention.balanced_init(D, 0.3, KEY), t1).losses[-1]
+            )
+        )(5.0)

@@ -30,20 +30,23 @@ def test_an_override_changes_the_numbers_as_the_theory_says():
     assert checks[0].passed
 
 
-@pytest.mark.parametrize("overrides, match", [
-    ({"kapas": [2.0]}, r"unknown setting 'kapas'\. Did you mean 'kappas'\? Allowed: d, n, kappas"),
-    ({"d": 2.5}, r"^d must be an integer, got 2\.5"),
-    ({"d": 0}, r"^d must be >= 1, got 0"),
-    ({"seed": -1}, r"^seed must be >= 0"),
-    ({"lr": float("nan")}, r"^lr must be finite"),
-    ({"lr": -1e-3}, r"^lr must be >= 0"),
-    ({"kappas": [0.5, 2.0]}, r"kappas\[0\] must be >= 1 \(a condition number\)"),
-    ({"kappas": []}, r"kappas must not be empty"),
-    ({"kappas": 4.0}, r"kappas must be a list"),
-    ({"depths": [1, 2.5]}, r"depths\[1\] must be an integer"),
-    ({"steps": True}, r"steps must be an integer, got True"),
-    ({"steps": "many"}, r"steps must be an integer"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"kapas": [2.0]}, r"unknown setting 'kapas'\. Did you mean 'kappas'\? Allowed: d, n, kappas"),
+        ({"d": 2.5}, r"^d must be an integer, got 2\.5"),
+        ({"d": 0}, r"^d must be >= 1, got 0"),
+        ({"seed": -1}, r"^seed must be >= 0"),
+        ({"lr": float("nan")}, r"^lr must be finite"),
+        ({"lr": -1e-3}, r"^lr must be >= 0"),
+        ({"kappas": [0.5, 2.0]}, r"kappas\[0\] must be >= 1 \(a condition number\)"),
+        ({"kappas": []}, r"kappas must not be empty"),
+        ({"kappas": 4.0}, r"kappas must be a list"),
+        ({"depths": [1, 2.5]}, r"depths\[1\] must be an integer"),
+        ({"steps": True}, r"steps must be an integer, got True"),
+        ({"steps": "many"}, r"steps must be an integer"),
+    ],
+)
 def test_every_kind_of_bad_override_is_an_error_naming_it(overrides, match):
     with pytest.raises(SettingsError, match=match):
         settings.apply(G.Config.quick(), overrides)
@@ -99,12 +102,14 @@ def test_jaxicl_config_says_what_each_setting_means(capsys):
 def test_set_wins_over_config_and_values_parse_as_toml(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text("kappas = [2.0, 16.0]\nsteps = 10\n")
-    args = cli.build_parser().parse_args(["reproduce", "gatmiry2024", "--config", str(path), "--set", "steps=20",
-                                          "--set", "fig2_ks=[2,5]"])
-    assert cli._overrides(args, ["gatmiry2024"]) == {"gatmiry2024": {"kappas": [2.0, 16.0], "steps": 20,
-                                                                     "fig2_ks": [2, 5]}}
+    args = cli.build_parser().parse_args(
+        ["reproduce", "gatmiry2024", "--config", str(path), "--set", "steps=20", "--set", "fig2_ks=[2,5]"]
+    )
+    assert cli._overrides(args, ["gatmiry2024"]) == {
+        "gatmiry2024": {"kappas": [2.0, 16.0], "steps": 20, "fig2_ks": [2, 5]}
+    }
     assert settings.parse_assignment("compute_dtype=bfloat16") == ("compute_dtype", "bfloat16")
-    assert settings.parse_assignment("gpt2.compute_dtype=\"bfloat16\"") == ("gpt2.compute_dtype", "bfloat16")
+    assert settings.parse_assignment('gpt2.compute_dtype="bfloat16"') == ("gpt2.compute_dtype", "bfloat16")
 
 
 def test_changed_settings_are_recorded_in_the_report_and_the_data_files(tmp_path):
@@ -125,7 +130,9 @@ def test_changed_settings_are_recorded_in_the_report_and_the_data_files(tmp_path
 
     res = run_with(G, "quick", cfg, fake_run)
     assert res.settings == {"kappas": ((2.0, 64.0), (2.0, 4.0, 8.0))}
-    assert "**Settings changed** from `quick`: `kappas = (2.0, 64.0)` (quick: (2.0, 4.0, 8.0))" in render_markdown([res])
+    assert "**Settings changed** from `quick`: `kappas = (2.0, 64.0)` (quick: (2.0, 4.0, 8.0))" in render_markdown(
+        [res]
+    )
     attrs = xr.open_dataset(tmp_path / "fig.nc", engine="h5netcdf").attrs
     assert json.loads(attrs["jaxicl_settings"])["kappas"] == [2.0, 64.0]
     assert run_with(G, "quick", None, fake_run).settings == {}  # the paper's settings: nothing to say
@@ -149,8 +156,11 @@ def test_a_changed_setting_refuses_a_resume_naming_it(tmp_path):
     ckpt = tmp_path / "m.ckpt"
     A._fit(model, loss, cfg, jax.random.PRNGKey(2), ckpt, "m", False)
     changed = settings.apply(cfg, {"lr": 1e-2})
-    with pytest.raises(CheckpointError, match=r"another configuration \(config differ: lr: checkpoint '0.001' vs run "
-                                              r"'0.01'\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"another configuration \(config differ: lr: checkpoint '0.001' vs run "
+        r"'0.01'\)",
+    ):
         A._fit(model, loss, changed, jax.random.PRNGKey(2), ckpt, "m", False)
     A._fit(model, loss, cfg, jax.random.PRNGKey(2), ckpt, "m", False)  # the same settings: resumed, no error
 
@@ -160,9 +170,10 @@ def test_jobs_children_get_the_same_settings(tmp_path):
     import jaxicl.experiments as E
 
     overrides = {"lr": 0.01, "loops": [8, 6], "fig3_loops": [[8, 6], [4, 3]], "compute_dtype": "bfloat16"}
-    cmd = E._child_command("algoformer", "quick", tmp_path, False, None, True, tmp_path / "r.pkl", part="ar",
-                           overrides=overrides)
-    args = cli.build_parser().parse_args(cmd[cmd.index("reproduce"):])
+    cmd = E._child_command(
+        "algoformer", "quick", tmp_path, False, None, True, tmp_path / "r.pkl", part="ar", overrides=overrides
+    )
+    args = cli.build_parser().parse_args(cmd[cmd.index("reproduce") :])
     assert cli._overrides(args, ["algoformer"]) == {"algoformer": overrides}
     cfg = settings.apply(E._modules(["algoformer"])["algoformer"].SIZES["quick"], overrides)
     assert cfg.fig3_loops == ((8, 6), (4, 3)) and cfg.compute_dtype == "bfloat16"
@@ -184,25 +195,43 @@ def test_a_claim_whose_premise_fails_is_not_applicable_never_passed_or_failed():
         Check("b", "1", "2", "exact", False, applicable=False)
 
 
-@pytest.mark.parametrize("paper, overrides, match", [
-    ("ahn2023", {"d": 4}, r"scales has 5 entries but d = 4"),
-    ("gatmiry2024", {"fig2_windows": [0.5, 1.0]}, r"fig2_windows \[1\.0\] reach s ≤ 0"),
-    ("yang2024", {"N": 200}, r"N = 200 is not below K = 200"),
-    ("yang2024", {"fig3_Ns": [50, 250]}, r"fig3_Ns has N = \[250\] not below K = 200"),
-    ("yang2024", {"transformer.d_model": 40}, r"transformer\.d_model = 40 is not divisible by the head count\(s\) \[16\]"),
-    ("zhang2023", {"gpt2.n_heads": 3}, r"gpt2\.d_model = 32 is not divisible by gpt2\.n_heads = 3"),
-    ("algoformer", {"loops": [3, 5]}, r"loops: \[3, 5\] is not a \(T, ΔT\) with 0 ≤ ΔT ≤ T"),
-    ("algoformer", {"fig3_loops": [[50, 10]]}, r"eval_loops = 40 is below a trained T of fig3_loops"),
-    ("algoformer", {"parts": ["fig4"]}, r"parts \['fig4'\]: each at most once, of \['regression', 'ar', 'cot', 'fig5'\]"),
-])
+@pytest.mark.parametrize(
+    "paper, overrides, match",
+    [
+        ("ahn2023", {"d": 4}, r"scales has 5 entries but d = 4"),
+        ("gatmiry2024", {"fig2_windows": [0.5, 1.0]}, r"fig2_windows \[1\.0\] reach s ≤ 0"),
+        ("yang2024", {"N": 200}, r"N = 200 is not below K = 200"),
+        ("yang2024", {"fig3_Ns": [50, 250]}, r"fig3_Ns has N = \[250\] not below K = 200"),
+        (
+            "yang2024",
+            {"transformer.d_model": 40},
+            r"transformer\.d_model = 40 is not divisible by the head count\(s\) \[16\]",
+        ),
+        ("zhang2023", {"gpt2.n_heads": 3}, r"gpt2\.d_model = 32 is not divisible by gpt2\.n_heads = 3"),
+        ("algoformer", {"loops": [3, 5]}, r"loops: \[3, 5\] is not a \(T, ΔT\) with 0 ≤ ΔT ≤ T"),
+        ("algoformer", {"fig3_loops": [[50, 10]]}, r"eval_loops = 40 is below a trained T of fig3_loops"),
+        (
+            "algoformer",
+            {"parts": ["fig4"]},
+            r"parts \['fig4'\]: each at most once, of \['regression', 'ar', 'cot', 'fig5'\]",
+        ),
+    ],
+)
 def test_settings_that_contradict_each_other_are_refused_with_the_reason(paper, overrides, match):
     """Each field valid alone, the combination not: refused when the Config is made (``--set``, ``--config`` and
     ``dataclasses.replace`` alike), before any work."""
     module = _modules([paper])[paper]
     with pytest.raises(SettingsError, match="settings that contradict each other: " + match):
         settings.apply(module.Config.quick(), overrides)
-    flat = {k: tuple(map(tuple, v)) if isinstance(v, list) and v and isinstance(v[0], list) else tuple(v)
-            if isinstance(v, list) else v for k, v in overrides.items() if "." not in k}
+    flat = {
+        k: tuple(map(tuple, v))
+        if isinstance(v, list) and v and isinstance(v[0], list)
+        else tuple(v)
+        if isinstance(v, list)
+        else v
+        for k, v in overrides.items()
+        if "." not in k
+    }
     if flat:
         with pytest.raises(SettingsError, match=match):
             dataclasses.replace(module.Config.quick(), **flat)
@@ -213,9 +242,22 @@ def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeyp
     are written, and the claims of the parts left out are one "not applicable" row each (not dropped, not passed)."""
     from jaxicl.experiments import algoformer as A
 
-    tiny = dataclasses.replace(A.SIZES["quick"], steps=4, fig5_steps=0, fig5_curriculum_every=0, chunk=2, d_model=8,
-                               n_heads=2, loops=(2, 1), fig3_loops=((2, 1),), fig5_loops=((2, 1), (1, 1)), eval_loops=4,
-                               iterations=20, test_prompts=16, batch=4)
+    tiny = dataclasses.replace(
+        A.SIZES["quick"],
+        steps=4,
+        fig5_steps=0,
+        fig5_curriculum_every=0,
+        chunk=2,
+        d_model=8,
+        n_heads=2,
+        loops=(2, 1),
+        fig3_loops=((2, 1),),
+        fig5_loops=((2, 1), (1, 1)),
+        eval_loops=4,
+        iterations=20,
+        test_prompts=16,
+        batch=4,
+    )
     monkeypatch.setitem(A.SIZES, "quick", tiny)
     assert cli.main(["reproduce", "algoformer", "--out", str(tmp_path), "--set", 'parts=["fig5"]']) in (0, 1)
     report = (tmp_path / "report.md").read_text()
@@ -224,26 +266,34 @@ def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeyp
     assert len(rows) == 3 + 3 + 3 and all(r[0].startswith("| Fig. 5") for r in rows[:6])
     assert [(r[0], r[-1]) for r in rows[6:]] == [
         (f"| {claim}: every claim", f"not applicable: the part {part!r} is not in this run's `parts` |")
-        for claim, part in (("Figs. 2 (regression) and 3", "regression"), ("Fig. 2 (ar)", "ar"), ("Fig. 2 (cot)", "cot"))]
+        for claim, part in (
+            ("Figs. 2 (regression) and 3", "regression"),
+            ("Fig. 2 (ar)", "ar"),
+            ("Fig. 2 (cot)", "cot"),
+        )
+    ]
     assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.png")) == ["fig5_newton_gd.png"]
     assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.nc")) == ["fig5.nc"]
 
 
-@pytest.mark.parametrize("paper, overrides, match", [
-    ("gatmiry2024", {"eps": 1.0}, r"eps = 1 is outside \(0, 1\)"),
-    ("gatmiry2024", {"eps": 0.0}, r"eps = 0 is outside \(0, 1\)"),
-    ("gatmiry2024", {"thm3_eps": 0.0}, "thm3_eps = 0 is outside"),
-    ("gatmiry2024", {"steps": 5}, "below curve_windows"),
-    ("gatmiry2024", {"depths": [1, 2]}, "fg_depths reach 4"),
-    ("gatmiry2024", {"steps": 10**12}, "must be <= 2147483647"),
-    ("yang2024", {"record_every": 1000}, "is not a multiple of record_every"),
-    ("algoformer", {"ar_q": 20}, "ar_N = 16 is below ar_q"),
-    ("algoformer", {"compute_dtype": "banana"}, "must be one of bfloat16, float32"),
-    ("zhang2023", {"gpt2.compute_dtype": "int8"}, "must be one of bfloat16, float32"),
-    ("zhang2023", {"d": 100_000}, r"prompts \(float64\) alone take .* GiB, more than half"),  # was exit 134
-    ("zhang2023", {"gpt2.d_model": 2**20, "gpt2.n_heads": 1}, "Fig. 1's GPT-2: parameters"),
-    ("algoformer", {"batch": 2**30}, "activations kept for the backward pass"),
-])
+@pytest.mark.parametrize(
+    "paper, overrides, match",
+    [
+        ("gatmiry2024", {"eps": 1.0}, r"eps = 1 is outside \(0, 1\)"),
+        ("gatmiry2024", {"eps": 0.0}, r"eps = 0 is outside \(0, 1\)"),
+        ("gatmiry2024", {"thm3_eps": 0.0}, "thm3_eps = 0 is outside"),
+        ("gatmiry2024", {"steps": 5}, "below curve_windows"),
+        ("gatmiry2024", {"depths": [1, 2]}, "fg_depths reach 4"),
+        ("gatmiry2024", {"steps": 10**12}, "must be <= 2147483647"),
+        ("yang2024", {"record_every": 1000}, "is not a multiple of record_every"),
+        ("algoformer", {"ar_q": 20}, "ar_N = 16 is below ar_q"),
+        ("algoformer", {"compute_dtype": "banana"}, "must be one of bfloat16, float32"),
+        ("zhang2023", {"gpt2.compute_dtype": "int8"}, "must be one of bfloat16, float32"),
+        ("zhang2023", {"d": 100_000}, r"prompts \(float64\) alone take .* GiB, more than half"),  # was exit 134
+        ("zhang2023", {"gpt2.d_model": 2**20, "gpt2.n_heads": 1}, "Fig. 1's GPT-2: parameters"),
+        ("algoformer", {"batch": 2**30}, "activations kept for the backward pass"),
+    ],
+)
 def test_settings_outside_a_papers_domain_are_refused_before_any_work(paper, overrides, match):
     """Settings that passed the check and then broke the run (a ZeroDivisionError after 21 s, an OverflowError, a
     KeyError, a NaN curve, two asserted rows failing at ε = 1) are refused when the settings are made."""
@@ -262,8 +312,12 @@ def test_the_memory_check_passes_the_quick_size_and_grows_with_the_sizes(paper):
     module = _modules([paper])[paper]
 
     def largest(cfg):
-        return max(n for c in (cfg, *(getattr(cfg, f.name) for f in dataclasses.fields(cfg)))
-                   if isinstance(c, settings.Consistent) for n in c.largest_arrays().values())
+        return max(
+            n
+            for c in (cfg, *(getattr(cfg, f.name) for f in dataclasses.fields(cfg)))
+            if isinstance(c, settings.Consistent)
+            for n in c.largest_arrays().values()
+        )
 
     settings.check_memory(module.SIZES["quick"])
     assert largest(module.SIZES["quick"]) < 2**28 < largest(module.SIZES["full"])

@@ -17,8 +17,9 @@ def test_thm41_premise_over_sigma_and_n_is_read_point_by_point(tmp_path):
     from jaxicl.experiments import zhang2023 as Z
     from jaxicl.theory import zhang
 
-    ds = stage_sweep.sweep_stage("zhang2023:balanced_flow", {"sigma": [0.5, 2.0], "N": [5, 20]},
-                                 overrides={"t1": 500.0}, out=tmp_path)
+    ds = stage_sweep.sweep_stage(
+        "zhang2023:balanced_flow", {"sigma": [0.5, 2.0], "N": [5, 20]}, overrides={"t1": 500.0}, out=tmp_path
+    )
     claims = list(ds.check_claim.values)
     limit = claims.index("flow → W^KQ_* (4.1)")
     assert list(ds.verdict.sel(sigma=0.5).isel(check=limit).values) == ["pass", "pass"]
@@ -39,7 +40,8 @@ def test_a_stage_sweep_resumes_point_by_point_and_recomputes_changed_settings(tm
     def fake(cfg):
         calls.append((cfg.d, cfg.eps))
         return [Check("ε small enough", "—", f"{cfg.eps}", "≤ 1e-3", cfg.eps <= 1e-3)], xr.Dataset(
-            {"value": ("i", np.arange(cfg.d) * cfg.eps)})
+            {"value": ("i", np.arange(cfg.d) * cfg.eps)}
+        )
 
     fake.__doc__ = "A fake stage."
     monkeypatch.setitem(G.SWEEPABLE, "fake", fake)
@@ -57,18 +59,23 @@ def test_a_stage_sweep_resumes_point_by_point_and_recomputes_changed_settings(tm
     assert "gatmiry2024:fake" in stage_sweep.stages()
 
 
-@pytest.mark.parametrize("grid, match", [
-    ({"dd": [1, 2]}, "Did you mean 'd'"),
-    ({"kappas": [2.0, 4.0]}, "list setting"),
-    ({"d": []}, "non-empty list"),
-    ({"d": 2}, "non-empty list"),  # a TypeError traceback when the grid was written into the dataset's attributes
-    ({"d": [2, -1]}, "d"),
-    ({}, "needs a grid"),
-    ({"eps": [1e-6, 1e-6]}, r"1e-06 appear more than once"),  # computed, then unstacking failed on the duplicates
-    ({"d": [2, 2.0]}, "appear more than once"),
-    ({"d": list(range(2, 402)), "n": list(range(2, 402)), "seed": list(range(400))},
-     r"64,000,000 points \(400 × 400 × 400\)"),
-])
+@pytest.mark.parametrize(
+    "grid, match",
+    [
+        ({"dd": [1, 2]}, "Did you mean 'd'"),
+        ({"kappas": [2.0, 4.0]}, "list setting"),
+        ({"d": []}, "non-empty list"),
+        ({"d": 2}, "non-empty list"),  # a TypeError traceback when the grid was written into the dataset's attributes
+        ({"d": [2, -1]}, "d"),
+        ({}, "needs a grid"),
+        ({"eps": [1e-6, 1e-6]}, r"1e-06 appear more than once"),  # computed, then unstacking failed on the duplicates
+        ({"d": [2, 2.0]}, "appear more than once"),
+        (
+            {"d": list(range(2, 402)), "n": list(range(2, 402)), "seed": list(range(400))},
+            r"64,000,000 points \(400 × 400 × 400\)",
+        ),
+    ],
+)
 def test_a_bad_grid_is_refused_before_any_work(grid, match, tmp_path):
     """Each axis is checked, and the number of points counted from the axes' lengths, before one point is built: a
     grid of 64 million points is refused at once (it built about 15,000 settings a second before its first check)."""
@@ -91,8 +98,23 @@ def test_stage_sweep_command_line(tmp_path, capsys):
     assert "no sweepable stage 'nothing'" in capsys.readouterr().err
     assert cli.main(["sweep", "--stage", "nopaper:x", "--grid", "d=[2]", "--out", str(tmp_path)]) == 2
     assert cli.main(["sweep"]) == 2
-    assert cli.main(["sweep", "--stage", "gatmiry2024:thm6_thm7", "--grid", "d=[3,4]", "--set", "thm6_depths=[1,2,3]",
-                     "--out", str(tmp_path), "--no-cache"]) == 0
+    assert (
+        cli.main(
+            [
+                "sweep",
+                "--stage",
+                "gatmiry2024:thm6_thm7",
+                "--grid",
+                "d=[3,4]",
+                "--set",
+                "thm6_depths=[1,2,3]",
+                "--out",
+                str(tmp_path),
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Thm 6: A_t = B_t⁻¹ is a global minimiser" in out and "| 2 pass |" in out
     ds = xr.load_dataset(tmp_path / "sweep.nc", engine="h5netcdf")
@@ -114,8 +136,10 @@ def test_the_lsa_toml_sweep_is_one_case_of_a_stage_sweep_in_one_program(tmp_path
     assert cli.main(["sweep", "--stage", "lsa:flow", *args, "--out", str(tmp_path / "stage")]) == 0
     assert calls == [{"kappa": [1.0, 4.0], "n_context": [5, 10]}]
     toml = tmp_path / "lsa.toml"
-    toml.write_text(f'[task]\nd = 3\n[dynamics]\nt1 = 200.0\n[grid]\nkappa = [1.0, 4.0]\nn_context = [5, 10]\n'
-                    f'[outputs]\ndir = "{tmp_path / "file"}"\n')
+    toml.write_text(
+        f"[task]\nd = 3\n[dynamics]\nt1 = 200.0\n[grid]\nkappa = [1.0, 4.0]\nn_context = [5, 10]\n"
+        f'[outputs]\ndir = "{tmp_path / "file"}"\n'
+    )
     assert cli.main(["sweep", str(toml)]) == 0
     assert len(calls) == 2 and "wrote" in capsys.readouterr().out
     a = xr.load_dataset(tmp_path / "stage" / "dataset.nc", engine="h5netcdf")

@@ -11,9 +11,9 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+import sweep_helpers as H
 
 import jaxicl as icl
-import sweep_helpers as H
 from jaxicl.sweep import SweepConfigError
 
 HERE = Path(__file__).parent
@@ -110,8 +110,9 @@ def test_lsa_example_converged_loss_equals_zhang_closed_form_at_every_point():
 
     point = LSAFlowPoint(d=3, t1=1000.0, rtol=1e-10, atol=1e-12, n_save=4)
     grid = {"kappa": [1.0, 4.0, 16.0], "n_context": [5, 20], "seed": [0]}
-    ds = icl.sweep(lambda kappa, n_context, seed, key: point(kappa, n_context, key), grid,
-                   output_dims={"loss_curve": ("save",)})
+    ds = icl.sweep(
+        lambda kappa, n_context, seed, key: point(kappa, n_context, key), grid, output_dims={"loss_curve": ("save",)}
+    )
     raise_if_any_flow_failed(ds)
     rel = np.abs(ds["final_loss"] - ds["theory_min_loss"]) / ds["theory_min_loss"]
     assert float(rel.max()) <= 1e-6, rel.values
@@ -128,12 +129,16 @@ def test_lsa_flow_failures_are_raised_on_the_host_naming_the_grid_point():
     ok = np.zeros((2, 2), bool)
     diverged = ok.copy()
     diverged[1, 0] = True
-    ds = xr.Dataset({"flow_diverged": (("kappa", "n_context"), diverged), "flow_solver_failed": (("kappa", "n_context"), ok)},
-                    coords=coords)
+    ds = xr.Dataset(
+        {"flow_diverged": (("kappa", "n_context"), diverged), "flow_solver_failed": (("kappa", "n_context"), ok)},
+        coords=coords,
+    )
     with pytest.raises(FloatingPointError, match=r"diverged .* at kappa=4.0, n_context=5 \(1 of 4 grid points\)"):
         raise_if_any_flow_failed(ds)
-    ds = xr.Dataset({"flow_diverged": (("kappa", "n_context"), ok), "flow_solver_failed": (("kappa", "n_context"), ~ok)},
-                    coords=coords)
+    ds = xr.Dataset(
+        {"flow_diverged": (("kappa", "n_context"), ok), "flow_solver_failed": (("kappa", "n_context"), ~ok)},
+        coords=coords,
+    )
     with pytest.raises(RuntimeError, match=r"stopped before t1.* at kappa=1.0, n_context=5 \(4 of 4"):
         raise_if_any_flow_failed(ds)
 
@@ -170,9 +175,15 @@ def test_a_chunk_over_the_memory_budget_is_split_and_gives_the_same_numbers(tmp_
     whole = icl.sweep(H.memory_hungry, grid, memory_budget=2**40)  # one chunk of 24
     assert whole.attrs["n_chunks"] == 1
     # the single program for 24 points needs about 24 × 10.5 MB (XLA's buffer assignment): 64 MB must split it
-    one_chunk = _fitting_chunk(lambda scale, seed: H.memory_hungry(scale, seed), False, tuple(jax.devices()),
-                               (("scale", np.dtype("float64")), ("seed", np.dtype("int32"))), 24, jax.random.PRNGKey(0),
-                               2**40)[1]
+    one_chunk = _fitting_chunk(
+        lambda scale, seed: H.memory_hungry(scale, seed),
+        False,
+        tuple(jax.devices()),
+        (("scale", np.dtype("float64")), ("seed", np.dtype("int32"))),
+        24,
+        jax.random.PRNGKey(0),
+        2**40,
+    )[1]
     assert program_bytes(one_chunk) > 64 * 2**20
     split = icl.sweep(H.memory_hungry, grid, memory_budget=64 * 2**20, out=tmp_path / "split")
     assert split.attrs["chunk_size"] < 24 and split.attrs["n_chunks"] > 1
@@ -188,13 +199,15 @@ def test_a_chunk_over_the_memory_budget_is_split_and_gives_the_same_numbers(tmp_
 def test_grid_values_are_checked_before_any_work(monkeypatch):
     """A NaN or infinite value, a ragged axis, a chunk size that is not an integer and a grid too large for memory are
     errors that name the axis or argument, raised before the grid is built or anything compiled."""
-    for grid, match in [({"depth": [1], "scale": [float("nan"), 2.0]}, r"'scale' must hold finite numbers: entry 0"),
-                        ({"depth": [1], "scale": [1.0, float("inf")]}, r"'scale' must hold finite numbers: entry 1"),
-                        ({"depth": [1, [2, 3]], "scale": [1.0]}, r"'depth' must be a flat list of numbers: entry 1"),
-                        ({"depth": [[1, 2], [3, 4]], "scale": [1.0]}, r"'depth' must be a flat list of numbers: entry 0 is \[1, 2\]"),
-                        ({"depth": "123", "scale": [1.0]}, r"'depth' must be a list of numbers"),
-                        ({"depth": [1], "scale": ["a"]}, r"'scale' must hold numbers: entry 0 is 'a'"),
-                        ({"depth": [1], "scale": [1.0, False]}, r"'scale' must hold numbers: entry 1 is False")]:
+    for grid, match in [
+        ({"depth": [1], "scale": [float("nan"), 2.0]}, r"'scale' must hold finite numbers: entry 0"),
+        ({"depth": [1], "scale": [1.0, float("inf")]}, r"'scale' must hold finite numbers: entry 1"),
+        ({"depth": [1, [2, 3]], "scale": [1.0]}, r"'depth' must be a flat list of numbers: entry 1"),
+        ({"depth": [[1, 2], [3, 4]], "scale": [1.0]}, r"'depth' must be a flat list of numbers: entry 0 is \[1, 2\]"),
+        ({"depth": "123", "scale": [1.0]}, r"'depth' must be a list of numbers"),
+        ({"depth": [1], "scale": ["a"]}, r"'scale' must hold numbers: entry 0 is 'a'"),
+        ({"depth": [1], "scale": [1.0, False]}, r"'scale' must hold numbers: entry 1 is False"),
+    ]:
         with pytest.raises(SweepConfigError, match=match):
             icl.sweep(H.depth_product, grid)
     with pytest.raises(ValueError, match=r"sweep: chunk_size must be an integer, got 2.5"):
@@ -205,19 +218,28 @@ def test_grid_values_are_checked_before_any_work(monkeypatch):
     huge = {"depth": range(1000), "scale": np.zeros(1000), "x": range(1000)}  # 1e9 points: never built
     point = 11 * np.dtype(jax.numpy.result_type(float)).itemsize  # prod + curve (10)
     need = 2 * 10**9 * point / 2**30  # gathered, then stacked
-    with pytest.raises(SweepConfigError, match=rf"the outputs of the grid's 1,000,000,000 points \(1000 x 1000 x 1000; "
-                                               rf"{point} bytes each, .*\) need {need:.3g} GiB"):
+    with pytest.raises(
+        SweepConfigError,
+        match=rf"the outputs of the grid's 1,000,000,000 points \(1000 x 1000 x 1000; "
+        rf"{point} bytes each, .*\) need {need:.3g} GiB",
+    ):
         icl.sweep(lambda depth, scale, x: H.depth_product(depth, scale), huge)
     assert time.monotonic() - t0 < 30  # refused from the axes' sizes, not after filling the memory
     import importlib
 
     S = importlib.import_module("jaxicl.sweep")  # the module (``jaxicl.sweep`` is also the function)
     monkeypatch.setattr(S, "host_memory_bytes", lambda: 4000)  # a machine with 4 kB: 2 × 30 × 88 bytes do not fit
-    with pytest.raises(SweepConfigError, match=r"the outputs of the grid's 30 points \(10 x 3; 88 bytes each.*more than"):
+    with pytest.raises(
+        SweepConfigError, match=r"the outputs of the grid's 30 points \(10 x 3; 88 bytes each.*more than"
+    ):
         # float64 (x64): 11 × 8 bytes a point
         with jax.enable_x64(True):
-            icl.sweep(H.depth_product, {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]}, chunk_size=30,
-                      memory_budget=2**30)
+            icl.sweep(
+                H.depth_product,
+                {"depth": list(range(1, 11)), "scale": [0.5, 1.0, 1.5]},
+                chunk_size=30,
+                memory_budget=2**30,
+            )
 
 
 def _finish(out, chunk_size=2):
@@ -240,14 +262,12 @@ def test_a_chunk_of_other_positions_or_unreadable_is_computed_again_with_a_warni
         "holds grid positions \\[0, 2\\], not \\[6, 8\\)": lambda: shutil.copy(chunks[0], chunks[3]),
         "is unreadable \\(BadZipFile": lambda: chunks[3].write_bytes(chunks[3].read_bytes()[:100]),
         "is unreadable": lambda: chunks[3].write_bytes(b"garbage"),
-        "records no grid positions": lambda: np.savez(chunks[3], names=json.dumps(["value"]),
-                                                      leaf_0=np.zeros(2)),
+        "records no grid positions": lambda: np.savez(chunks[3], names=json.dumps(["value"]), leaf_0=np.zeros(2)),
     }
     for match, corrupt in cases.items():
         _finish(out)
         corrupt()
-        with pytest.warns(ResumeWarning, match=f"chunk_00003.npz: it {match}.*computing these "
-                                               "points again"):
+        with pytest.warns(ResumeWarning, match=f"chunk_00003.npz: it {match}.*computing these points again"):
             again = _finish(out)["value"].values
         np.testing.assert_array_equal(again, fresh)
     # a chunk of another sweep (same file name, same positions): its config digest differs

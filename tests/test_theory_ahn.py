@@ -6,13 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_spd
 
 import jaxicl as icl
 from jaxicl.models import GramBatch, LinearTransformer
 from jaxicl.tasks import LinearRegression
 from jaxicl.theory import ahn
-
-from conftest import random_spd
 
 KEY = jax.random.PRNGKey(3)
 
@@ -75,8 +74,15 @@ def test_thm1_gradient_flow_from_random_init_reaches_the_optimum():
     Sigma = random_spd(KEY, d)
     task = LinearRegression(d, n, Sigma)
     model = LinearTransformer.init(jax.random.fold_in(KEY, 9), d, 1, "single_layer", scale=0.5)
-    sol = icl.gradient_flow(lambda m: icl.population_loss(m, task), model, t1=1e5, solver="kvaerno5",
-                            rtol=1e-10, atol=1e-12, steady_state_tol=1e-11)
+    sol = icl.gradient_flow(
+        lambda m: icl.population_loss(m, task),
+        model,
+        t1=1e5,
+        solver="kvaerno5",
+        rtol=1e-10,
+        atol=1e-12,
+        steady_state_tol=1e-11,
+    )
     final = sol.final
     gap = float(icl.population_loss(final, task) - ahn.thm1_min_loss(Sigma, n))
     assert 0 <= gap < 1e-8 or abs(gap) < 1e-12, gap
@@ -97,8 +103,11 @@ def test_thm3_two_layer_isotropic_optimum_is_diagonal():
     data = GramBatch.from_prompts(prompts)
     model = LinearTransformer.init(jax.random.fold_in(KEY, 4), d, 2, "preconditioner", scale=0.3)
     fit = icl.dynamics.levenberg_marquardt(
-        lambda m: icl.losses.sample_residuals(m, data), model, 60,
-        jacobian_fn=lambda m: icl.losses.sample_residuals_and_jacobian(m, data))
+        lambda m: icl.losses.sample_residuals(m, data),
+        model,
+        60,
+        jacobian_fn=lambda m: icl.losses.sample_residuals_and_jacobian(m, data),
+    )
     A = fit.params.params.matrices()
     off = float(ahn.off_diagonal_mass(A).max())
     assert off < 1e-6, off

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import jaxicl as icl
-from jaxicl.experiments.zhang2023 import example_covariance, mean_and_se as mc, predictions, squared_errors
+from jaxicl.experiments.zhang2023 import example_covariance, predictions, squared_errors
+from jaxicl.experiments.zhang2023 import mean_and_se as mc
 from jaxicl.theory import zhang
 
 N_SE = 3.0
@@ -22,14 +23,18 @@ def test_thm_4_2_noisy_linear_and_quadratic_task(N, M):
         model = zhang.w_star_model(lam, N)
         # noisy linear D (task shift)
         pred = zhang.prediction_error(*zhang.linear_task_moments(w, lam, 0.7), lam, N, M)
-        m, se = mc(squared_errors(jax.random.PRNGKey(N), model, lam, lam, w, v, 0.0, 0.7, M=M, batch=40_000, fixed_w=True))
+        m, se = mc(
+            squared_errors(jax.random.PRNGKey(N), model, lam, lam, w, v, 0.0, 0.7, M=M, batch=40_000, fixed_w=True)
+        )
         assert abs(m - pred) <= N_SE * se
         # nonlinear D: y = ⟨w, x⟩ + q⟨v, x⟩²: a = w, best linear error 3q²(vᵀΛv)²
         q = 0.4
         Lw, Lv, vLv = lam @ w, lam @ v, v @ lam @ v
         sigma = (w @ Lw) * lam + jnp.outer(Lw, Lw) + q**2 * (3 * vLv**2 * lam + 12 * vLv * jnp.outer(Lv, Lv))
         pred = zhang.prediction_error(w, sigma, 3 * q**2 * vLv**2, lam, N, M)
-        m, se = mc(squared_errors(jax.random.PRNGKey(M), model, lam, lam, w, v, q, 0.0, M=M, batch=40_000, fixed_w=True))
+        m, se = mc(
+            squared_errors(jax.random.PRNGKey(M), model, lam, lam, w, v, q, 0.0, M=M, batch=40_000, fixed_w=True)
+        )
         assert abs(m - pred) <= N_SE * se
 
 
@@ -45,8 +50,22 @@ def test_covariate_scaling_multiplies_predictions_by_c_squared():
     N = M = 400
     model = zhang.w_star_model(LAM, N)
     for c in (0.5, 2.0):
-        yh, y = (np.asarray(a) for a in predictions(jax.random.PRNGKey(int(10 * c)), model, c**2 * LAM, c**2 * LAM,
-                                                     jnp.zeros(3), jnp.zeros(3), 0.0, 0.0, M=M, batch=20_000, fixed_w=False))
+        yh, y = (
+            np.asarray(a)
+            for a in predictions(
+                jax.random.PRNGKey(int(10 * c)),
+                model,
+                c**2 * LAM,
+                c**2 * LAM,
+                jnp.zeros(3),
+                jnp.zeros(3),
+                0.0,
+                0.0,
+                M=M,
+                batch=20_000,
+                fixed_w=False,
+            )
+        )
         slope = (yh * y).mean() / (y * y).mean()
         se = ((yh * y) - slope * y * y).std(ddof=1) / np.sqrt(y.size) / (y * y).mean()
         pred = float(zhang.covariate_scaling_slope(LAM, N, c))
@@ -58,8 +77,21 @@ def test_query_shift_is_tolerated():
     N = M = 400
     lq = 4.0 * jnp.eye(3)
     model = zhang.w_star_model(LAM, N)
-    m, se = mc(squared_errors(jax.random.PRNGKey(9), model, LAM, lq, jnp.zeros(3), jnp.zeros(3), 0.0, 0.0,
-                              M=M, batch=20_000, fixed_w=False))
+    m, se = mc(
+        squared_errors(
+            jax.random.PRNGKey(9),
+            model,
+            LAM,
+            lq,
+            jnp.zeros(3),
+            jnp.zeros(3),
+            0.0,
+            0.0,
+            M=M,
+            batch=20_000,
+            fixed_w=False,
+        )
+    )
     pred = zhang.query_shift_error(LAM, lq, N, M)
     assert abs(m - pred) <= N_SE * se
     assert pred < 0.02 * jnp.trace(lq)  # far below the zero predictor's error tr(Λ_q) …

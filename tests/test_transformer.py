@@ -49,8 +49,9 @@ def test_looped_models_at_any_loop_count():
         per_loop = model.outputs_per_loop(tokens, 6)
         for t in (1, 4, 6):
             np.testing.assert_allclose(model(tokens, t), per_loop[t - 1], rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(model.outputs_per_loop(tokens, 6, first_loop=4), per_loop[3:], rtol=1e-12,
-                                   atol=1e-14)  # loops 4…6 only (eq. 6 weighs 0 before T − ΔT)
+        np.testing.assert_allclose(
+            model.outputs_per_loop(tokens, 6, first_loop=4), per_loop[3:], rtol=1e-12, atol=1e-14
+        )  # loops 4…6 only (eq. 6 weighs 0 before T − ΔT)
         traced = jax.jit(lambda n: model(tokens, n))  # one program for every loop count
         np.testing.assert_allclose(traced(jnp.asarray(4)), per_loop[3], rtol=1e-10, atol=1e-12)
         assert np.all(np.isfinite(traced(jnp.asarray(200))))  # far more loops than trained
@@ -171,8 +172,16 @@ def test_compilation_switches_from_the_environment(monkeypatch):
     rematerialisation and the training programs' GEMM autotuning for a whole run: read at import, so that the
     `--jobs` processes get them too; anything else is refused, naming the variable."""
     switch = models.transformer._switch_from_env
-    for value, expected in (("", None), ("auto", None), ("1", True), ("On", True), ("true", True), ("0", False),
-                            ("off", False), ("FALSE", False)):
+    for value, expected in (
+        ("", None),
+        ("auto", None),
+        ("1", True),
+        ("On", True),
+        ("true", True),
+        ("0", False),
+        ("off", False),
+        ("FALSE", False),
+    ):
         monkeypatch.setenv("JAXICL_UNROLL", value)
         assert switch("JAXICL_UNROLL") is expected
     monkeypatch.delenv("JAXICL_UNROLL")
@@ -192,10 +201,19 @@ def test_compilation_switches_from_the_environment(monkeypatch):
             level()
     # a fresh process (as `jaxicl reproduce --jobs` starts) reads them at import
     env = {**os.environ, "JAXICL_UNROLL": "off", "JAXICL_REMAT": "on", "JAXICL_TRAINING_AUTOTUNE_LEVEL": "0"}
-    out = subprocess.run([sys.executable, "-c", "import importlib, jaxicl.models.transformer as t; "
-                          "tr = importlib.import_module('jaxicl.dynamics.train'); "
-                          "print(t.UNROLL, t.REMAT, tr.TRAINING_COMPILER_OPTIONS)"],
-                         env=env, capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib, jaxicl.models.transformer as t; "
+            "tr = importlib.import_module('jaxicl.dynamics.train'); "
+            "print(t.UNROLL, t.REMAT, tr.TRAINING_COMPILER_OPTIONS)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split(maxsplit=2)
     assert out == ["False", "True", "{'xla_gpu_autotune_level': 0}\n"]
 
 
@@ -210,6 +228,7 @@ def test_position_errors_per_loop_equals_one_call_per_loop_count(name):
         np.testing.assert_allclose(per[:, t - 1], losses.position_errors(model, p, t), rtol=1e-10, atol=1e-14)
     with pytest.raises(ValueError, match="needs a looped model"):
         losses.position_errors_per_loop(_models()["standard"][0], p, 5)
+
 
 def test_garg_encoding_layout_and_curriculum_mask():
     task = tasks.RepresentationRegression(3, 4, d_out=2)
@@ -275,9 +294,16 @@ def _xy(N=12, d=4, m=2, key=KEY):
 def test_ols_ridge_averaging_knn_match_direct_formulas_at_every_prefix():
     xs, ys = _xy()
     X, Y = np.asarray(xs), np.asarray(ys)
-    o, g, r, a, k = (np.asarray(f(xs, ys)) for f in (baselines.ols, baselines.ols_gram,
-                                                     lambda x, y: baselines.ridge(x, y, 0.3), baselines.averaging,
-                                                     lambda x, y: baselines.nearest_neighbours(x, y, 2)))
+    o, g, r, a, k = (
+        np.asarray(f(xs, ys))
+        for f in (
+            baselines.ols,
+            baselines.ols_gram,
+            lambda x, y: baselines.ridge(x, y, 0.3),
+            baselines.averaging,
+            lambda x, y: baselines.nearest_neighbours(x, y, 2),
+        )
+    )
     assert np.all(o[0] == 0) and np.all(g[0] == 0) and np.all(a[0] == 0)
     for i in range(1, 12):
         Xi, Yi = X[:i], Y[:i]
@@ -338,10 +364,30 @@ def test_resumed_run_follows_the_uninterrupted_trajectory(tmp_path):
         return {"loss": losses.sequence_loss(m, TASK.prompts(jax.random.PRNGKey(9), 16))}
 
     with pytest.raises(KeyboardInterrupt):
-        train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck2, eval_fn=crash, eval_every=20,
-              progress=False)
-    again = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck2, eval_fn=crash,
-                  eval_every=20, progress=False)
+        train(
+            _loss,
+            _tiny(),
+            60,
+            KEY,
+            optimizer=opt,
+            chunk_size=20,
+            checkpoint=ck2,
+            eval_fn=crash,
+            eval_every=20,
+            progress=False,
+        )
+    again = train(
+        _loss,
+        _tiny(),
+        60,
+        KEY,
+        optimizer=opt,
+        chunk_size=20,
+        checkpoint=ck2,
+        eval_fn=crash,
+        eval_every=20,
+        progress=False,
+    )
     assert again.resumed_from == 20
     np.testing.assert_array_equal(again.losses, full.losses)
     assert list(again.eval_steps) == [0, 20, 40, 60]
@@ -375,14 +421,20 @@ def test_a_damaged_or_foreign_checkpoint_is_an_error_naming_it(tmp_path):
     with pytest.raises(CheckpointError, match=f"checkpoint {ck} was written by a run with another PRNG key.*Delete it"):
         again(jax.random.PRNGKey(1))
     header, rest = good.split(b"\n", 1)
-    for damage, match in [(good[: len(good) // 2], "is unreadable or truncated"),
-                          (good[: len(header) + 40], "is unreadable or truncated"),
-                          (good + b"x", "has data after its parameters"),
-                          (header[:-1] + b"\n" + rest, "is not a jaxicl training checkpoint"),
-                          (json.dumps({**json.loads(header), "step": 10}).encode() + b"\n" + rest,
-                           "is inconsistent: step 10 with a loss history of 20 steps")]:
+    for damage, match in [
+        (good[: len(good) // 2], "is unreadable or truncated"),
+        (good[: len(header) + 40], "is unreadable or truncated"),
+        (good + b"x", "has data after its parameters"),
+        (header[:-1] + b"\n" + rest, "is not a jaxicl training checkpoint"),
+        (
+            json.dumps({**json.loads(header), "step": 10}).encode() + b"\n" + rest,
+            "is inconsistent: step 10 with a loss history of 20 steps",
+        ),
+    ]:
         ck.write_bytes(damage)
-        with pytest.raises(CheckpointError, match=f"checkpoint {ck} {match}.*Delete it to train this run from the start"):
+        with pytest.raises(
+            CheckpointError, match=f"checkpoint {ck} {match}.*Delete it to train this run from the start"
+        ):
             again()
     ck.write_bytes(good)
     with pytest.raises(CheckpointError, match="at step 20, beyond n_steps = 10: it belongs to a longer run"):
@@ -405,8 +457,9 @@ def test_training_learns_and_mixed_precision_keeps_float32_masters():
     model = _tiny()
     evalp = TASK.prompts(jax.random.PRNGKey(5), 256)
     ev = lambda m: {"err": losses.sequence_loss(m, evalp)}  # noqa: E731
-    res = train(_loss, model, 300, KEY, optimizer=optax.adamw(1e-2), chunk_size=100, eval_fn=ev, eval_every=100,
-                progress=False)
+    res = train(
+        _loss, model, 300, KEY, optimizer=optax.adamw(1e-2), chunk_size=100, eval_fn=ev, eval_every=100, progress=False
+    )
     assert res.evals["err"][-1] < 0.8 * res.evals["err"][0]
     with jax.enable_x64(False):
         m32 = _tiny()
@@ -418,13 +471,21 @@ def test_training_learns_and_mixed_precision_keeps_float32_masters():
 def test_ensemble_members_train_independently():
     """A vector loss (one per vmapped member) under Adam equals training each member alone."""
     keys = jax.random.split(KEY, 2)
-    ens = eqx.filter_vmap(lambda k: models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8,
-                                                               max_len=10))(keys)
+    ens = eqx.filter_vmap(lambda k: models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10))(
+        keys
+    )
     loss = lambda m, k, s: eqx.filter_vmap(lambda mm: _loss(mm, k, s))(m)  # noqa: E731
     res = train(loss, ens, 20, KEY, optimizer=optax.adam(1e-2), chunk_size=10, progress=False)
     assert res.losses.shape == (20, 2)
-    one = train(_loss, models.StandardTransformer(keys[1], 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10), 20,
-                KEY, optimizer=optax.adam(1e-2), chunk_size=10, progress=False)
+    one = train(
+        _loss,
+        models.StandardTransformer(keys[1], 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10),
+        20,
+        KEY,
+        optimizer=optax.adam(1e-2),
+        chunk_size=10,
+        progress=False,
+    )
     np.testing.assert_allclose(res.losses[:, 1], one.losses, rtol=1e-9)
 
 
@@ -440,26 +501,51 @@ def test_an_ensemble_trains_each_member_as_its_own_run_in_float32(tmp_path):
         keys = jax.random.split(jax.random.PRNGKey(3), 3)
         singles = [models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10) for k in keys]
         data_keys = jax.random.split(jax.random.PRNGKey(4), 3)
-        ens = train(_loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, progress=False,
-                    ensemble=True)
+        ens = train(
+            _loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, progress=False, ensemble=True
+        )
         assert ens.losses.shape == (20, 3)
         for i, (m, k) in enumerate(zip(singles, data_keys)):
             one = train(_loss, m, 20, k, optimizer=opt, chunk_size=10, progress=False)
             np.testing.assert_allclose(ens.losses[:, i], one.losses, rtol=2e-5, atol=1e-6)
-            for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(member(ens.model, i), eqx.is_array)),
-                            jax.tree_util.tree_leaves(eqx.filter(one.model, eqx.is_array))):
+            for a, b in zip(
+                jax.tree_util.tree_leaves(eqx.filter(member(ens.model, i), eqx.is_array)),
+                jax.tree_util.tree_leaves(eqx.filter(one.model, eqx.is_array)),
+            ):
                 # Adam divides by √v: entries whose gradient is round-off move by round-off-sized steps of either
                 # sign, so compare each weight matrix as a whole (a wrong key or a shared state is off by O(1))
                 assert a.dtype == jnp.float32
-                assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b) + 1e-6, (i, np.linalg.norm(a - b) / np.linalg.norm(b))
+                assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b) + 1e-6, (
+                    i,
+                    np.linalg.norm(a - b) / np.linalg.norm(b),
+                )
         # the members differ (own data, own init): an ensemble that shared one stream would not pass the loop above
         assert not np.allclose(ens.losses[:, 0], ens.losses[:, 1])
         ck = tmp_path / "ens.ckpt"
-        first = train(_loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, checkpoint=ck,
-                      deadline=0.0, progress=False, ensemble=True)
+        first = train(
+            _loss,
+            stack_members(singles),
+            20,
+            data_keys,
+            optimizer=opt,
+            chunk_size=10,
+            checkpoint=ck,
+            deadline=0.0,
+            progress=False,
+            ensemble=True,
+        )
         assert first.step == 10
-        rest = train(_loss, stack_members(singles), 20, data_keys, optimizer=opt, chunk_size=10, checkpoint=ck,
-                     progress=False, ensemble=True)
+        rest = train(
+            _loss,
+            stack_members(singles),
+            20,
+            data_keys,
+            optimizer=opt,
+            chunk_size=10,
+            checkpoint=ck,
+            progress=False,
+            ensemble=True,
+        )
         assert rest.resumed_from == 10
         np.testing.assert_array_equal(rest.losses, ens.losses)
         with pytest.raises(ValueError, match="one PRNG key per member"):
@@ -476,7 +562,12 @@ def test_an_ensemble_trains_each_member_as_its_own_run_in_float32(tmp_path):
 def test_curriculum_schedule():
     c = Curriculum(d=(5, 20, 1), n=(11, 41, 2), every=2000)
     assert [tuple(map(int, c.at(s))) for s in (0, 1999, 2000, 30_000, 500_000)] == [
-        (5, 11), (5, 11), (6, 13), (20, 41), (20, 41)]
+        (5, 11),
+        (5, 11),
+        (6, 13),
+        (20, 41),
+        (20, 41),
+    ]
     with pytest.raises(ValueError, match="curriculum"):
         Curriculum(d=(5, 2, 1))
 
@@ -532,15 +623,18 @@ def test_zhang_fig1_pipeline_reference_curves(tmp_path):
 
     from jaxicl.experiments import zhang2023 as Z
 
-    g = dataclasses.replace(Z.GPT2Config(), d=3, Ns=(3, 4), d_model=8, n_layers=1, n_heads=2, steps=4, chunk=2,
-                            batch=4, test_prompts=4000)
+    g = dataclasses.replace(
+        Z.GPT2Config(), d=3, Ns=(3, 4), d_model=8, n_layers=1, n_heads=2, steps=4, chunk=2, batch=4, test_prompts=4000
+    )
     with jax.enable_x64(False):
         ds = Z.fig1(g, KEY, tmp_path)
     assert ds.error.shape == (2, 2, 4, 9) and np.all(np.isfinite(ds.error))
     assert float(np.abs(ds.ols.sel(M=slice(g.d, None))).max()) < 1e-6
     d, P = g.d, g.test_prompts
     c = np.array([1.0, *g.cs])[:, None]
-    sd = np.array([[np.sqrt(3 * (d**2 + 2 * d) / d**2 - 1)]] + [[cc * np.sqrt(3 * (d**2 + 5 * d) / d**2 - 1)] for cc in g.cs])
+    sd = np.array(
+        [[np.sqrt(3 * (d**2 + 2 * d) / d**2 - 1)]] + [[cc * np.sqrt(3 * (d**2 + 5 * d) / d**2 - 1)] for cc in g.cs]
+    )
     z = (ds.zero.values - c) / (sd / np.sqrt(P))
     assert np.all(np.abs(z) <= 4), z
     assert len(list(tmp_path.glob("*.ckpt"))) == len(g.Ns)  # one ensemble (both covariances) per N
@@ -554,7 +648,9 @@ def test_template_sequence_loss_estimates_eq9_so_l_star_is_its_floor():
     task = tasks.TemplateRegression.random(KEY, d=5, K=12, n_context=4, m=3, tau=0.1)
     p = task.sample(jax.random.PRNGKey(3), 40_000)
     s = tasks.template_encoding(p)
-    per_prompt = 0.5 * np.mean((np.asarray(p.y @ Y.optimal_prediction_matrix(task)) - np.asarray(s.targets[..., 0])) ** 2, 1)
+    per_prompt = 0.5 * np.mean(
+        (np.asarray(p.y @ Y.optimal_prediction_matrix(task)) - np.asarray(s.targets[..., 0])) ** 2, 1
+    )
     se = per_prompt.std(ddof=1) / np.sqrt(per_prompt.size)
     assert abs(per_prompt.mean() - float(Y.loss_infimum(task))) <= 4 * se
 
@@ -567,8 +663,23 @@ def test_yang_transformer_pipeline_and_compute_budget(tmp_path):
 
     from jaxicl.experiments import yang2024 as Yx
 
-    tc = dataclasses.replace(Yx.TransformerConfig(), d=6, K=12, N=4, m=2, d_model=8, d_ff=16, n_layers=1, heads=2,
-                             fig5_heads=(1, 2, 8), steps=60, chunk=30, batch=4, smooth=2, test_prompts=20)
+    tc = dataclasses.replace(
+        Yx.TransformerConfig(),
+        d=6,
+        K=12,
+        N=4,
+        m=2,
+        d_model=8,
+        d_ff=16,
+        n_layers=1,
+        heads=2,
+        fig5_heads=(1, 2, 8),
+        steps=60,
+        chunk=30,
+        batch=4,
+        smooth=2,
+        test_prompts=20,
+    )
     flops = {h: Yx.step_flops(tc, h) for h in (1, 2, 8)}
     assert flops[1] < flops[2] < flops[8] and flops[2] - flops[1] == 3 * tc.batch * tc.K * 5 * tc.K
     steps = Yx.budget_steps(tc, (1, 2, 8))
@@ -577,10 +688,10 @@ def test_yang_transformer_pipeline_and_compute_budget(tmp_path):
         ds = Yx.train_transformers(tc, KEY, tmp_path)
     assert ds.loss.shape == (3, 60) and ds.inference.shape == (3, 3, 2) and ds.eval_step.values.tolist() == [0, 30, 60]
     assert ds.attrs["steps_trained"] == [60, 60, steps[8]]  # H = 2 is Fig. 2(b)'s: every step
-    assert np.all(np.isfinite(ds.loss.values[2, : steps[8]])) and np.all(np.isnan(ds.loss.values[2, steps[8]:]))
+    assert np.all(np.isfinite(ds.loss.values[2, : steps[8]])) and np.all(np.isnan(ds.loss.values[2, steps[8] :]))
     budget, n, loss, inf = Yx.at_budget(ds, tc)
     assert budget == 60 * flops[1] and n.tolist() == [60, steps[2], steps[8]]
-    np.testing.assert_allclose(loss, [ds.loss.values[i, k - 2:k].mean() for i, k in enumerate(n)])
+    np.testing.assert_allclose(loss, [ds.loss.values[i, k - 2 : k].mean() for i, k in enumerate(n)])
     np.testing.assert_array_equal(inf[0], ds.inference.values[0, 2])
     checks = Yx._transformer_checks(ds, tc)
     assert len(checks) == 7 and checks[-1].verdict == "reported" and "ms/step" in checks[-1].simulated
@@ -589,7 +700,9 @@ def test_yang_transformer_pipeline_and_compute_budget(tmp_path):
     assert [c.passed for c in Yx._transformer_checks(slow, tc)] == [c.passed for c in checks]
     # a figure drawn from runs shorter than the moving average's window (a --plan, an early --budget slice): every H
     # with the steps it has, none with a window longer than its curve
-    short = ds.assign(loss=ds.loss.where(ds.step <= 3)).assign_attrs(steps_trained=[3, 3, 3], status="partial, step 3 of 60")
+    short = ds.assign(loss=ds.loss.where(ds.step <= 3)).assign_attrs(
+        steps_trained=[3, 3, 3], status="partial, step 3 of 60"
+    )
     wide = dataclasses.replace(tc, smooth=40)
     assert Path(Yx._transformer_figure(tmp_path, short, wide)).name == "fig2b_fig5_transformer.png"
 
@@ -616,9 +729,13 @@ def test_a_time_limit_stops_after_the_chunk_that_reaches_it_and_the_run_is_compl
     run = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=50.0, progress=False)
     assert (run.step, run.time_limited, run.complete, run.status()) == (60, True, True, "complete")  # 40 s < 50 ≤ 60 s
     np.testing.assert_array_equal(run.losses, full.losses[:60])
-    again = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=50.0, progress=False)
+    again = train(
+        _loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=50.0, progress=False
+    )
     assert (again.resumed_from, again.step, again.complete) == (60, 60, True)  # the checkpoint's step time: no chunk
-    longer = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=70.0, progress=False)
+    longer = train(
+        _loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=70.0, progress=False
+    )
     assert (longer.step, longer.time_limited) == (80, True)
     np.testing.assert_array_equal(longer.losses, full.losses[:80])
     done = train(_loss, _tiny(), 100, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, time_limit=1e9, progress=False)
@@ -636,8 +753,19 @@ def test_bf16_loss_curve_agrees_with_float32_over_the_first_steps():
         task = tasks.RepresentationRegression(1, 8)
         loss = lambda m, k, s: losses.sequence_loss(m, task.prompts(k, 64))  # noqa: E731
         model = models.StandardTransformer(jax.random.PRNGKey(1), 1, 1, n_layers=2, n_heads=2, d_model=16, max_len=18)
-        runs = [train(loss, model, 300, jax.random.PRNGKey(1), optimizer=optax.adamw(3e-3), chunk_size=100,
-                      progress=False, compute_dtype=dtype) for dtype in (None, jnp.bfloat16)]
+        runs = [
+            train(
+                loss,
+                model,
+                300,
+                jax.random.PRNGKey(1),
+                optimizer=optax.adamw(3e-3),
+                chunk_size=100,
+                progress=False,
+                compute_dtype=dtype,
+            )
+            for dtype in (None, jnp.bfloat16)
+        ]
     f32, b16 = (r.losses for r in runs)
     assert np.max(np.abs(b16[:100] / f32[:100] - 1)) < 0.02
     windows = [x.reshape(6, 50).mean(1) for x in (f32, b16)]
@@ -651,12 +779,14 @@ def test_a_deadline_trains_in_slices_that_follow_the_uninterrupted_run(tmp_path)
     opt = optax.adamw(3e-3)
     full = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, progress=False)
     ck = tmp_path / "slices.ckpt"
-    first = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, deadline=time.time(),
-                  progress=False)  # a deadline already past: one chunk (every call progresses), then stop
+    first = train(
+        _loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, deadline=time.time(), progress=False
+    )  # a deadline already past: one chunk (every call progresses), then stop
     assert (first.step, first.complete, first.status()) == (20, False, "partial, step 20 of 60")
     assert np.isfinite(first.steps_per_second)
-    second = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, deadline=time.time(),
-                   progress=False)
+    second = train(
+        _loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, deadline=time.time(), progress=False
+    )
     assert second.resumed_from == 20 and second.step == 40
     last = train(_loss, _tiny(), 60, KEY, optimizer=opt, chunk_size=20, checkpoint=ck, progress=False)
     assert last.complete and last.status() == "complete"
@@ -677,22 +807,41 @@ def test_zhang_fig1_trains_the_covariances_of_one_n_as_an_ensemble_equal_to_trai
     errors equal those of the same model trained alone, with its own key, on its own task."""
     from jaxicl.experiments import zhang2023 as Z
 
-    g = Z.GPT2Config(d=2, Ns=(3,), d_model=8, n_layers=1, n_heads=2, steps=6, batch=8, cs=(1.0,), test_prompts=16,
-                     chunk=3)
+    g = Z.GPT2Config(
+        d=2, Ns=(3,), d_model=8, n_layers=1, n_heads=2, steps=6, batch=8, cs=(1.0,), test_prompts=16, chunk=3
+    )
     key = jax.random.PRNGKey(0)
     ds = Z.fig1(g, key, tmp_path)
     assert ds.error.shape == (2, 1, 2, 7) and np.all(np.isfinite(ds.error.values))
     ci, N, M_max = 1, 3, 6
     task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d))
-    alone = train(lambda m, k, s: losses.sequence_loss(m, task.prompts(k, g.batch)),
-                  Z._fig1_model(g, jax.random.fold_in(key, 10 * ci), M_max), g.steps, jax.random.fold_in(key, 1000 + 10 * ci),
-                  optimizer=optax.adamw(g.lr), chunk_size=g.chunk, progress=False)
+    alone = train(
+        lambda m, k, s: losses.sequence_loss(m, task.prompts(k, g.batch)),
+        Z._fig1_model(g, jax.random.fold_in(key, 10 * ci), M_max),
+        g.steps,
+        jax.random.fold_in(key, 1000 + 10 * ci),
+        optimizer=optax.adamw(g.lr),
+        chunk_size=g.chunk,
+        progress=False,
+    )
     base = tasks.RepresentationRegression(g.d, M_max + 1)
     prior = Z.fig1_test_priors(g)["identity"]
-    xs, ys, clean, _ = jax.vmap(base.with_covariance(prior).sample_xy)(jax.random.split(jax.random.fold_in(key, 100), 16))
+    xs, ys, clean, _ = jax.vmap(base.with_covariance(prior).sample_xy)(
+        jax.random.split(jax.random.fold_in(key, 100), 16)
+    )
     prompts = jax.vmap(tasks.garg_encoding)(xs, ys, clean)
-    e = np.mean([np.asarray(losses.position_errors(alone.model, jax.tree_util.tree_map(lambda a: a[i:i + 1], prompts))[0, ::2])
-                 for i in range(16)], 0) / g.d
+    e = (
+        np.mean(
+            [
+                np.asarray(
+                    losses.position_errors(alone.model, jax.tree_util.tree_map(lambda a: a[i : i + 1], prompts))[0, ::2]
+                )
+                for i in range(16)
+            ],
+            0,
+        )
+        / g.d
+    )
     np.testing.assert_allclose(ds.error.sel(train_covariance="random", test="identity").values[0], e, rtol=1e-6)
 
 
@@ -700,7 +849,9 @@ def test_zhang_fig1_least_squares_references_in_float64_come_from_the_gram_form(
     """In float64 (as the reproduction runs) Fig. 1's least-squares curve is computed by ols_gram: equal to the SVD's
     at every M, the interpolation threshold M = d included, with label noise so that M > d is not trivially 0."""
     xs = jax.random.normal(KEY, (64, 25, 6))
-    ys = xs @ jax.random.normal(jax.random.PRNGKey(1), (64, 6, 1)) + 0.3 * jax.random.normal(jax.random.PRNGKey(2), (64, 25, 1))
+    ys = xs @ jax.random.normal(jax.random.PRNGKey(1), (64, 6, 1)) + 0.3 * jax.random.normal(
+        jax.random.PRNGKey(2), (64, 25, 1)
+    )
     svd = np.mean(np.sum((np.asarray(jax.vmap(baselines.ols)(xs, ys)) - np.asarray(ys)) ** 2, -1), 0)
     gram = np.mean(np.sum((np.asarray(jax.vmap(baselines.ols_gram)(xs, ys)) - np.asarray(ys)) ** 2, -1), 0)
     np.testing.assert_allclose(gram, svd, rtol=1e-8)

@@ -63,12 +63,15 @@ def test_sigma_violating_theorem_condition_warns_and_runs():
     assert jnp.all(jnp.isfinite(sol.losses))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"ts": [0.0, 2.0, 1.0]}, "increasing"),
-    ({"ts": [0.0, 1.0, 20.0]}, r"inside \[0, t1 = 10.0\]"),
-    ({"ts": [-1.0, 1.0]}, r"inside \[0, t1"),
-    ({"dt0": -0.1}, "dt0 must be positive"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"ts": [0.0, 2.0, 1.0]}, "increasing"),
+        ({"ts": [0.0, 1.0, 20.0]}, r"inside \[0, t1 = 10.0\]"),
+        ({"ts": [-1.0, 1.0]}, r"inside \[0, t1"),
+        ({"dt0": -0.1}, "dt0 must be positive"),
+    ],
+)
 def test_gradient_flow_save_times_and_first_step_are_checked_on_the_host(kwargs, match):
     """gradient_flow checks ts and dt0 itself (diffrax's own checks are host callbacks in the compiled program, which
     would keep it out of the persistent compilation cache, so they are switched off while it traces)."""
@@ -95,31 +98,61 @@ def test_outputs_get_the_umasks_permissions(tmp_path, umask):
     assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: icl.tasks.LinearRegression(d=2.7, n_context=4), r"d must be an integer, got 2\.7"),
-    (lambda: icl.tasks.LinearRegression(d=2, n_context=4.9), r"n_context \(N\) must be an integer, got 4\.9"),
-    (lambda: icl.tasks.LinearRegression(d="2", n_context=4), r"d must be an integer, got '2'"),
-    (lambda: icl.tasks.LinearRegression(d=2, n_context=4, noise_std=float("inf")), r"noise_std must be finite"),
-    (lambda: icl.tasks.LinearRegression(d=2, n_context=4, noise_std=-0.1), r"noise_std must be >= 0"),
-    (lambda: icl.models.LinearSelfAttention.balanced_init(2, float("nan"), jax.random.PRNGKey(0)), r"sigma must be finite"),
-    (lambda: icl.models.LinearSelfAttention.balanced_init(2, 0.0, jax.random.PRNGKey(0)), r"sigma must be > 0"),
-    (lambda: icl.models.LinearSelfAttention.random_init(2.5, 0.1, jax.random.PRNGKey(0)), r"random_init: d must be an integer"),
-    (lambda: icl.models.LinearSelfAttention.balanced_init(2, [], jax.random.PRNGKey(0)), r"sigma must be a real number"),
-    (lambda: icl.models.LinearTransformer.init(jax.random.PRNGKey(0), 2, 2.5), r"init: n_layers must be an integer"),
-    (lambda: icl.models.LinearTransformer.init(jax.random.PRNGKey(0), 2, 1, scale=float("nan")), r"scale must be finite"),
-    (lambda: icl.models.MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3.5, 4), r"init: d must be an integer"),
-    (lambda: icl.models.MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3, 4, beta=float("inf")), r"β.*finite"),
-    (lambda: icl.models.StandardTransformer(jax.random.PRNGKey(0), 2, 1, n_layers=1.5), r"n_layers must be an integer"),
-    (lambda: icl.models.StandardTransformer(jax.random.PRNGKey(0), 2, 1, d_model=0), r"d_model must be >= 1"),
-    (lambda: icl.tasks.RepresentationRegression(2, 5, noise_std=float("nan")), r"noise_std must be finite"),
-    (lambda: icl.tasks.RepresentationRegression(2.5, 5), r"d must be an integer, got 2\.5"),
-    (lambda: icl.tasks.CoTMLP(2, 3, 5, slope=float("inf")), r"slope must be finite"),
-    (lambda: icl.tasks.UniformScale(1.0, float("inf")), r"UniformScale.high must be finite"),
-    (lambda: icl.tasks.DiscreteScale([1.0, float("inf")]), r"DiscreteScale: values must be finite"),
-    (lambda: icl.gradient_descent(lambda p: (p**2).sum(), jnp.ones(2), float("nan"), 3), r"gradient_descent: step must"),
-    (lambda: icl.gradient_descent(lambda p: (p**2).sum(), jnp.ones(2), 0.1, 2.5), r"gradient_descent: n_steps must be"),
-    (lambda: icl.train(lambda m, k, s: (m**2).sum(), jnp.ones(2), 2.5, jax.random.PRNGKey(0)), r"train: n_steps must be"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: icl.tasks.LinearRegression(d=2.7, n_context=4), r"d must be an integer, got 2\.7"),
+        (lambda: icl.tasks.LinearRegression(d=2, n_context=4.9), r"n_context \(N\) must be an integer, got 4\.9"),
+        (lambda: icl.tasks.LinearRegression(d="2", n_context=4), r"d must be an integer, got '2'"),
+        (lambda: icl.tasks.LinearRegression(d=2, n_context=4, noise_std=float("inf")), r"noise_std must be finite"),
+        (lambda: icl.tasks.LinearRegression(d=2, n_context=4, noise_std=-0.1), r"noise_std must be >= 0"),
+        (
+            lambda: icl.models.LinearSelfAttention.balanced_init(2, float("nan"), jax.random.PRNGKey(0)),
+            r"sigma must be finite",
+        ),
+        (lambda: icl.models.LinearSelfAttention.balanced_init(2, 0.0, jax.random.PRNGKey(0)), r"sigma must be > 0"),
+        (
+            lambda: icl.models.LinearSelfAttention.random_init(2.5, 0.1, jax.random.PRNGKey(0)),
+            r"random_init: d must be an integer",
+        ),
+        (
+            lambda: icl.models.LinearSelfAttention.balanced_init(2, [], jax.random.PRNGKey(0)),
+            r"sigma must be a real number",
+        ),
+        (
+            lambda: icl.models.LinearTransformer.init(jax.random.PRNGKey(0), 2, 2.5),
+            r"init: n_layers must be an integer",
+        ),
+        (
+            lambda: icl.models.LinearTransformer.init(jax.random.PRNGKey(0), 2, 1, scale=float("nan")),
+            r"scale must be finite",
+        ),
+        (lambda: icl.models.MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3.5, 4), r"init: d must be an integer"),
+        (lambda: icl.models.MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3, 4, beta=float("inf")), r"β.*finite"),
+        (
+            lambda: icl.models.StandardTransformer(jax.random.PRNGKey(0), 2, 1, n_layers=1.5),
+            r"n_layers must be an integer",
+        ),
+        (lambda: icl.models.StandardTransformer(jax.random.PRNGKey(0), 2, 1, d_model=0), r"d_model must be >= 1"),
+        (lambda: icl.tasks.RepresentationRegression(2, 5, noise_std=float("nan")), r"noise_std must be finite"),
+        (lambda: icl.tasks.RepresentationRegression(2.5, 5), r"d must be an integer, got 2\.5"),
+        (lambda: icl.tasks.CoTMLP(2, 3, 5, slope=float("inf")), r"slope must be finite"),
+        (lambda: icl.tasks.UniformScale(1.0, float("inf")), r"UniformScale.high must be finite"),
+        (lambda: icl.tasks.DiscreteScale([1.0, float("inf")]), r"DiscreteScale: values must be finite"),
+        (
+            lambda: icl.gradient_descent(lambda p: (p**2).sum(), jnp.ones(2), float("nan"), 3),
+            r"gradient_descent: step must",
+        ),
+        (
+            lambda: icl.gradient_descent(lambda p: (p**2).sum(), jnp.ones(2), 0.1, 2.5),
+            r"gradient_descent: n_steps must be",
+        ),
+        (
+            lambda: icl.train(lambda m, k, s: (m**2).sum(), jnp.ones(2), 2.5, jax.random.PRNGKey(0)),
+            r"train: n_steps must be",
+        ),
+    ],
+)
 def test_constructors_refuse_bad_values_naming_the_argument(make, match):
     """Integers are never truncated, scales are finite: the error names the argument and the value."""
     with pytest.raises((ValueError, TypeError), match=match):
@@ -131,13 +164,16 @@ def _lsa_flow_inputs():
     return task, icl.models.LinearSelfAttention.balanced_init(2, 0.3, jax.random.PRNGKey(0))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(rtol=-1.0), r"gradient_flow: rtol must be > 0, got -1\.0"),
-    (dict(atol=0.0), r"gradient_flow: atol must be > 0"),
-    (dict(rtol=float("nan")), r"gradient_flow: rtol must be finite"),
-    (dict(n_save=2.5), r"gradient_flow: n_save must be an integer"),
-    (dict(max_steps=0), r"gradient_flow: max_steps must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rtol=-1.0), r"gradient_flow: rtol must be > 0, got -1\.0"),
+        (dict(atol=0.0), r"gradient_flow: atol must be > 0"),
+        (dict(rtol=float("nan")), r"gradient_flow: rtol must be finite"),
+        (dict(n_save=2.5), r"gradient_flow: n_save must be an integer"),
+        (dict(max_steps=0), r"gradient_flow: max_steps must be >= 1"),
+    ],
+)
 def test_gradient_flow_refuses_bad_tolerances_before_any_work(kwargs, match):
     """A negative tolerance made diffrax accept every step: the loss went up and no error was raised."""
     task, model = _lsa_flow_inputs()
@@ -147,10 +183,15 @@ def test_gradient_flow_refuses_bad_tolerances_before_any_work(kwargs, match):
         icl.gradient_flow(lambda m: icl.population_loss(m, task), model, float("inf"))
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(batch=2.5), r"mc_loss: batch must be an integer, got 2\.5"),
-                                           (dict(batch=0), r"mc_loss: batch must be >= 1"),
-                                           (dict(chunk_size=0), r"mc_loss: chunk_size must be >= 1"),
-                                           (dict(chunk_size=-1), r"mc_loss: chunk_size must be >= 1")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(batch=2.5), r"mc_loss: batch must be an integer, got 2\.5"),
+        (dict(batch=0), r"mc_loss: batch must be >= 1"),
+        (dict(chunk_size=0), r"mc_loss: chunk_size must be >= 1"),
+        (dict(chunk_size=-1), r"mc_loss: chunk_size must be >= 1"),
+    ],
+)
 def test_mc_loss_refuses_a_fractional_or_empty_batch(kwargs, match):
     """``batch=2.5`` drew 3 prompts and divided by 2.5 (a 1.2x bias)."""
     task, model = _lsa_flow_inputs()

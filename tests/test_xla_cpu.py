@@ -33,8 +33,10 @@ f = jax.jit(lambda b: jax.lax.fori_loop(0, 300, body, (b, b)))
 
 def _run_two_solves(sequenced: bool, setup: str = ""):
     """Run the program five times in a fresh process (its own XLA pool), which must finish within two minutes."""
-    program = f"{setup}\nSEQUENCED = {sequenced}\n{_TWO_SOLVES}\n" \
-              "print(all(bool(jnp.all(jnp.isfinite(x))) for _ in range(5) for x in f(b)))"
+    program = (
+        f"{setup}\nSEQUENCED = {sequenced}\n{_TWO_SOLVES}\n"
+        "print(all(bool(jnp.all(jnp.isfinite(x))) for _ in range(5) for x in f(b)))"
+    )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["True"]
 
@@ -90,8 +92,13 @@ def test_ahn2023_programs_hold_no_two_large_lapack_calls_that_could_run_at_once(
 
     cfg = E.SIZES["quick"]
     keys = jax.random.split(jax.random.PRNGKey(0), cfg.seeds)
-    fits = E.seed_trainer(E.dataclasses.replace(cfg, n=cfg.n_thm5, lm_steps=cfg.lm_steps_thm5),
-                          "levenberg_marquardt", "block", cfg.n_thm5, restarts=cfg.restarts_thm5)
+    fits = E.seed_trainer(
+        E.dataclasses.replace(cfg, n=cfg.n_thm5, lm_steps=cfg.lm_steps_thm5),
+        "levenberg_marquardt",
+        "block",
+        cfg.n_thm5,
+        restarts=cfg.restarts_thm5,
+    )
     n_max, max_depth = max(cfg.n, *cfg.contexts), max(cfg.n_layers, *cfg.depths)
     point = jax.jit(jax.vmap(lambda k, n, L: E._sweep_point(k, cfg, n, L, n_max, max_depth), in_axes=(0, None, None)))
     for program in (fits.lower(keys), point.lower(keys, jnp.int32(cfg.n), jnp.int32(cfg.n_layers))):

@@ -16,8 +16,15 @@ D, K, N, M, H = 6, 12, 4, 3, 8
 
 
 def _task(key=0, tau=0.1, **kw):
-    return tasks.TemplateRegression.random(jax.random.PRNGKey(key), d=kw.pop("d", D), K=kw.pop("K", K),
-                                           n_context=kw.pop("n_context", N), m=kw.pop("m", M), tau=tau, **kw)
+    return tasks.TemplateRegression.random(
+        jax.random.PRNGKey(key),
+        d=kw.pop("d", D),
+        K=kw.pop("K", K),
+        n_context=kw.pop("n_context", N),
+        m=kw.pop("m", M),
+        tau=tau,
+        **kw,
+    )
 
 
 def _model(key=1, heads=H, w_scale=0.3, d=D, k=K):
@@ -125,8 +132,9 @@ def test_theorem1_rate_and_invariants_at_the_papers_step_sizes():
     task, model0 = _task(), MultiHeadSoftmaxICL.init(jax.random.PRNGKey(1), H, D, K)
     c = Y.theorem1_constants(model0, task)
     T, every = 20_000, 100
-    final, curve = jax.jit(lambda m: icl.gradient_descent(_excess(task), m, m.step_sizes(c.eta_Q, c.eta_w), T,
-                                                          record_every=every))(model0)
+    final, curve = jax.jit(
+        lambda m: icl.gradient_descent(_excess(task), m, m.step_sizes(c.eta_Q, c.eta_w), T, record_every=every)
+    )(model0)
     t = np.arange(T // every) * every
     bound = c.rate**t * c.delta0
     assert np.all(np.asarray(curve) <= bound * (1 + 1e-10))
@@ -142,10 +150,11 @@ def test_training_converges_linearly_to_ridge_regression():
     per-prompt bound ‖y‖²Δ/λ_min(Z̄²)."""
     task, model0 = _task(), MultiHeadSoftmaxICL.init(jax.random.PRNGKey(1), H, D, K)
     eta_w = 1 / float(Y.w_curvature(model0, task))
-    final, curve = jax.jit(lambda m: icl.gradient_descent(_excess(task), m, m.step_sizes(10.0, eta_w), 3000,
-                                                          record_every=30))(model0)
+    final, curve = jax.jit(
+        lambda m: icl.gradient_descent(_excess(task), m, m.step_sizes(10.0, eta_w), 3000, record_every=30)
+    )(model0)
     curve = np.asarray(curve)
-    assert Y.fitted_log_slope(curve[len(curve) // 2:]) < 0 and np.all(np.diff(curve) <= 0)
+    assert Y.fitted_log_slope(curve[len(curve) // 2 :]) < 0 and np.all(np.diff(curve) <= 0)
     delta = float(_excess(task)(final))
     assert delta < 1e-10 * curve[0]
     A_hat = final.prediction_matrix(task.tokens, N)
@@ -181,7 +190,9 @@ def test_ridge_solutions_gap_and_lemma4():
     assert abs(float(vals.mean()) - float(obj(lt))) <= 4 * float(vals.std()) / np.sqrt(vals.size)
     # the gap (1/K)‖ŷ⋆ − ŷbest‖²: closed form = Monte Carlo, = the N×N form, and 0 at N = m
     g = Y.gap(prompts.y_query, task)
-    np.testing.assert_allclose(g[:50], jnp.sum((Y.y_star(y[:50], task) - Y.y_best(y[:50], task)) ** 2, 1) / task.K, rtol=1e-9)
+    np.testing.assert_allclose(
+        g[:50], jnp.sum((Y.y_star(y[:50], task) - Y.y_best(y[:50], task)) ** 2, 1) / task.K, rtol=1e-9
+    )
     exact = float(Y.expected_gap(task))
     assert abs(float(g.mean()) - exact) <= 4 * float(g.std()) / np.sqrt(g.size)
     Dm = A - Y.ridge_matrix(task, task.n_context * task.tau)
@@ -230,7 +241,9 @@ def test_bad_input():
     with pytest.raises(ValueError, match="the task has"):
         icl.population_loss(MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 2, 3, 7), task)
     with pytest.raises(ValueError, match="Assumption 2 fails"):
-        Y.theorem1_constants(MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 1, 3, 6), tasks.TemplateRegression(tok, feats, 2, 0.1))
+        Y.theorem1_constants(
+            MultiHeadSoftmaxICL.init(jax.random.PRNGKey(0), 1, 3, 6), tasks.TemplateRegression(tok, feats, 2, 0.1)
+        )
 
 
 def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded_to_the_largest():
@@ -240,9 +253,22 @@ def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded
 
     from jaxicl.experiments import yang2024 as Yx
 
-    cfg = dataclasses.replace(Yx.SIZES["quick"], d=D, K=K, N=N, m=M, fig4_heads=(1, 3, 9), fig4_steps=10,
-                              record_every=1, eta_Q=1.0, fig4_eta_Q=1.0, eta_w=1.0, transformer=None, fig3_Ns=(N,),
-                              fig3_mc_Ns=(N,))
+    cfg = dataclasses.replace(
+        Yx.SIZES["quick"],
+        d=D,
+        K=K,
+        N=N,
+        m=M,
+        fig4_heads=(1, 3, 9),
+        fig4_steps=10,
+        record_every=1,
+        eta_Q=1.0,
+        fig4_eta_Q=1.0,
+        eta_w=1.0,
+        transformer=None,
+        fig3_Ns=(N,),
+        fig3_mc_Ns=(N,),
+    )
     assert Yx.fig4_widths(cfg.fig4_heads, 9) == {1: 1, 3: 4, 9: 9}
     key = jax.random.PRNGKey(3)
     with jax.enable_x64(True):
@@ -253,6 +279,7 @@ def test_fig4_sweep_pads_each_head_count_to_a_power_of_two_and_runs_as_if_padded
         excess = Yx._excess_fn(Yx._cast(task64, jnp.float32), A)
         for h in cfg.fig4_heads:
             m0 = MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 0), h, D, K, cfg.beta, max_heads=9, dtype=jnp.float32)
-            _, curve = icl.gradient_descent(excess, m0, m0.step_sizes(cfg.fig4_eta_Q, cfg.eta_w), cfg.fig4_steps,
-                                            record_every=1)
+            _, curve = icl.gradient_descent(
+                excess, m0, m0.step_sizes(cfg.fig4_eta_Q, cfg.eta_w), cfg.fig4_steps, record_every=1
+            )
             np.testing.assert_allclose(ds.excess.sel(heads=h).values, np.asarray(curve), rtol=1e-4)

@@ -19,8 +19,32 @@ __all__ = [
     "optax_train",
     "raise_if_diverged",
 ]
-from .train import (Curriculum, PlannedRun, TrainResult, cast_floating, ensemble_size_that_fits, load_checkpoint,
-                    member, planning, save_checkpoint, stack_members, step_seconds, train)
+from .train import (
+    Curriculum,
+    PlannedRun,
+    TrainResult,
+    cast_floating,
+    ensemble_size_that_fits,
+    load_checkpoint,
+    member,
+    planning,
+    save_checkpoint,
+    stack_members,
+    step_seconds,
+    train,
+)
 
-__all__ += ["Curriculum", "PlannedRun", "TrainResult", "cast_floating", "ensemble_size_that_fits", "load_checkpoint",
-            "member", "planning", "save_checkpoint", "stack_members", "step_seconds", "train"]
+__all__ += [
+    "Curriculum",
+    "PlannedRun",
+    "TrainResult",
+    "cast_floating",
+    "ensemble_size_that_fits",
+    "load_checkpoint",
+    "member",
+    "planning",
+    "save_checkpoint",
+    "stack_members",
+    "step_seconds",
+    "train",
+]

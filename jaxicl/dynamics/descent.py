@@ -17,7 +17,6 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from .. import _validate
 
-
 _DIVERGED_HINT = "Reduce the step size / learning rate or the initialization scale."
 # a loss beyond float32's range has diverged, in any precision: float64 would carry a diverging run on to 1e300
 # with finite numbers, where float32 overflows to inf; both are caught at the same point
@@ -67,8 +66,9 @@ def first_flagged_point(flags):
     if not len(bad):
         return None
     at = tuple(bad[0])
-    point = ", ".join(f"{d}={flags[d].values[i].item()!r}" if d in flags.coords else f"{d}={i}"
-                      for d, i in zip(flags.dims, at))
+    point = ", ".join(
+        f"{d}={flags[d].values[i].item()!r}" if d in flags.coords else f"{d}={i}" for d, i in zip(flags.dims, at)
+    )
     return at, point, len(bad)
 
 
@@ -79,8 +79,10 @@ def raise_if_diverged(steps, what: str = "training loss") -> None:
     found = first_flagged_point(steps >= 0)
     if found is not None:
         at, point, n_bad = found
-        raise FloatingPointError(f"training diverged: {what} is not finite from step {int(np.asarray(steps)[at])} on "
-                                 f"at {point} ({n_bad} of {steps.size} grid points diverged). {_DIVERGED_HINT}")
+        raise FloatingPointError(
+            f"training diverged: {what} is not finite from step {int(np.asarray(steps)[at])} on "
+            f"at {point} ({n_bad} of {steps.size} grid points diverged). {_DIVERGED_HINT}"
+        )
 
 
 def per_leaf(value, params: PyTree) -> PyTree:
@@ -101,16 +103,17 @@ def _scan(body, init, xs, length: int, checkpoints):
 
     if int(checkpoints) < 1:
         raise ValueError(f"checkpoints must be a positive number of stored carries, got {checkpoints}.")
-    return eqxi.scan(body, init, xs, length=length, kind="checkpointed",
-                     checkpoints=min(int(checkpoints), length))
+    return eqxi.scan(body, init, xs, length=length, kind="checkpointed", checkpoints=min(int(checkpoints), length))
 
 
 def _check_differentiable_counts(**counts) -> None:
     """Step counts fix the shape of the computation: a traced one (e.g. inside ``jax.grad``) cannot."""
     for name, value in counts.items():
         if isinstance(value, jax.core.Tracer):
-            raise TypeError(f"{name} is a traced value; it must be a Python int (it fixes the number of steps), so it "
-                            f"cannot be differentiated or vmapped. Vary a step size or a rate continuously instead.")
+            raise TypeError(
+                f"{name} is a traced value; it must be a Python int (it fixes the number of steps), so it "
+                f"cannot be differentiated or vmapped. Vary a step size or a rate continuously instead."
+            )
 
 
 def gradient_descent(
@@ -217,8 +220,9 @@ def optax_train(
         updates, state = optimizer.update(g, state, y)
         return (optax.apply_updates(y, updates), state), loss
 
-    (dynamic, _), losses = _scan(one, (dynamic, optimizer.init(dynamic)), jax.random.split(key, n_steps), n_steps,
-                                 checkpoints)
+    (dynamic, _), losses = _scan(
+        one, (dynamic, optimizer.init(dynamic)), jax.random.split(key, n_steps), n_steps, checkpoints
+    )
     if check_finite:  # under jit/vmap: an eqx.error_if on the returned curve
         losses = check_finite_curve(losses)
     return eqx.combine(dynamic, static), losses

@@ -92,8 +92,9 @@ def optax_fit(
     if ftol is None:
         (dynamic, _), (losses, records) = jax.lax.scan(step, init, None, length=n_steps)
     else:
-        dynamic, losses, records = _scan_until_stalled(step, init, n_steps, ftol,
-                                                       lambda y: (f(y), _record(record, eqx.combine(y, static))))
+        dynamic, losses, records = _scan_until_stalled(
+            step, init, n_steps, ftol, lambda y: (f(y), _record(record, eqx.combine(y, static)))
+        )
     return _finish(dynamic, static, losses, records)
 
 
@@ -135,8 +136,9 @@ def lbfgs(
     ftol: float | None = None,
 ) -> FitResult:
     """L-BFGS (optax, zoom line search) for ``n_steps`` iterations, or fewer with ``ftol`` (see `optax_fit`)."""
-    return optax_fit(loss_fn, params, optax.lbfgs(memory_size=memory_size), n_steps, record=record, linesearch=True,
-                     ftol=ftol)
+    return optax_fit(
+        loss_fn, params, optax.lbfgs(memory_size=memory_size), n_steps, record=record, linesearch=True, ftol=ftol
+    )
 
 
 def levenberg_marquardt(

@@ -112,7 +112,8 @@ def gradient_flow(
         loss_fn: scalar loss of the parameter pytree (e.g. ``lambda m: population_loss(m, task)``).
         params: initial parameters (any pytree, e.g. an ``eqx.Module``); only inexact-array leaves
             are integrated, everything else is held fixed.
-        t1: final time (a Python float: it fixes the solver's horizon). ``ts`` (default: 0 and ``n_save − 1`` log-spaced times up to t1) is the
+        t1: final time (a Python float: it fixes the solver's horizon). ``ts`` (default: 0 and ``n_save − 1``
+        log-spaced times up to t1) is the
             output grid.
         solver: ``"tsit5"`` (explicit, default), ``"dopri5"``, ``"dopri8"``, ``"kvaerno5"``
             (implicit, for stiff flows) or any diffrax solver.
@@ -140,10 +141,17 @@ def gradient_flow(
         `FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
         flow diverges (outside ``jit``; inside ``jit`` an ``eqx.error_if`` runtime error).
     """
-    if (isinstance(t1, (jax.core.Tracer, bool, str)) or not isinstance(t1, (int, float, np.number, np.ndarray, jax.Array))
-            or np.ndim(t1) != 0 or not t1 > 0 or not np.isfinite(t1)):
-        raise ValueError(f"gradient_flow needs a finite Python float t1 > 0 (it fixes the solver's horizon; "
-                         f"differentiate the state at a time inside it through `ts`, or a stop_at_loss time), got {t1}.")
+    if (
+        isinstance(t1, (jax.core.Tracer, bool, str))
+        or not isinstance(t1, (int, float, np.number, np.ndarray, jax.Array))
+        or np.ndim(t1) != 0
+        or not t1 > 0
+        or not np.isfinite(t1)
+    ):
+        raise ValueError(
+            f"gradient_flow needs a finite Python float t1 > 0 (it fixes the solver's horizon; "
+            f"differentiate the state at a time inside it through `ts`, or a stop_at_loss time), got {t1}."
+        )
     _validate.real("gradient_flow: rtol", rtol, gt=0)  # a tolerance <= 0 makes diffrax accept every step
     _validate.real("gradient_flow: atol", atol, gt=0)
     if ts is None:
@@ -152,12 +160,16 @@ def gradient_flow(
     _validate.real("gradient_flow: divergence_threshold", divergence_threshold, gt=0, finite=False)
     if isinstance(adjoint, str):
         if adjoint not in ADJOINTS:
-            raise ValueError(f"unknown adjoint {adjoint!r}; choose one of {sorted(ADJOINTS)} or pass a diffrax adjoint.")
+            raise ValueError(
+                f"unknown adjoint {adjoint!r}; choose one of {sorted(ADJOINTS)} or pass a diffrax adjoint."
+            )
         adjoint = ADJOINTS[adjoint]()
     backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
     if backsolve and (steady_state_tol is not None or stop_when is not None or stop_at_loss is not None):
-        raise ValueError("adjoint='backsolve' takes no events: drop steady_state_tol / stop_when / stop_at_loss, or use "
-                         "adjoint='recursive'.")
+        raise ValueError(
+            "adjoint='backsolve' takes no events: drop steady_state_tol / stop_when / stop_at_loss, or use "
+            "adjoint='recursive'."
+        )
     dynamic, static = eqx.partition(params, eqx.is_inexact_array)
 
     def loss_of(y):
@@ -179,9 +191,11 @@ def gradient_flow(
     dtype = jax.tree_util.tree_leaves(dynamic)[0].dtype
     low = sorted({str(x.dtype) for x in jax.tree_util.tree_leaves(dynamic) if jnp.finfo(x.dtype).bits < 32})
     if low:
-        raise TypeError(f"gradient_flow: the model has {', '.join(low)} parameters; an adaptive ODE solve needs float32 "
-                        "or float64 (its error estimates and step-size control underflow in half precision): cast the "
-                        "model, e.g. jaxicl.dynamics.cast_floating(model, jnp.float32).")
+        raise TypeError(
+            f"gradient_flow: the model has {', '.join(low)} parameters; an adaptive ODE solve needs float32 "
+            "or float64 (its error estimates and step-size control underflow in half precision): cast the "
+            "model, e.g. jaxicl.dynamics.cast_floating(model, jnp.float32)."
+        )
     ts = ts.astype(dtype)
 
     # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
@@ -213,9 +227,13 @@ def gradient_flow(
             import optimistix as optx
 
             level = jnp.asarray(stop_at_loss, dtype=dtype)
-            event = diffrax.Event((cond_fn, lambda t, y, args, **kw: args[0](y) - level),
-                                  root_finder=optx.Newton(rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
-                                                          atol=1e-12 if level.dtype == jnp.float64 else 1e-6))
+            event = diffrax.Event(
+                (cond_fn, lambda t, y, args, **kw: args[0](y) - level),
+                root_finder=optx.Newton(
+                    rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
+                    atol=1e-12 if level.dtype == jnp.float64 else 1e-6,
+                ),
+            )
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(vector_field),
             solver,
@@ -225,8 +243,11 @@ def gradient_flow(
             y0=dynamic,
             args=field_args,
             # the requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)
-            saveat=(diffrax.SaveAt(ts=ts, t1=True) if backsolve
-                    else diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])),
+            saveat=(
+                diffrax.SaveAt(ts=ts, t1=True)
+                if backsolve
+                else diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
+            ),
             stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
             event=None if backsolve else event,
             max_steps=max_steps,
@@ -235,8 +256,10 @@ def gradient_flow(
             throw=False,
         )
         if backsolve:
-            saved, final = (jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
-                            jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys))
+            saved, final = (
+                jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
+                jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys),
+            )
             t_final = sol.ts[-1]
         else:
             saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
@@ -253,7 +276,8 @@ def gradient_flow(
                 (saved, final, t_final),
                 f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
                 f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
-                "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.")
+                "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.",
+            )
         losses = jax.vmap(loss_cc)(saved)
         grad_norms = jax.vmap(lambda y: _tree_norm(grad_cc(y)))(saved)
         final_norm = _tree_norm(final)
@@ -348,7 +372,7 @@ def _first_nonfinite_save(sol: FlowSolution):
     ts = np.broadcast_to(np.asarray(sol.ts, float), bad.shape)
     t_bad = np.where(bad, ts, np.inf)
     at = np.unravel_index(np.argmin(t_bad), bad.shape)
-    what = (f"the loss is {losses[at]:g}" if not np.isfinite(losses[at]) else f"the gradient norm is {grads[at]:g}")
+    what = f"the loss is {losses[at]:g}" if not np.isfinite(losses[at]) else f"the gradient norm is {grads[at]:g}"
     return float(ts[at]), what, "" if bad.ndim == 1 else f" in flow {tuple(int(i) for i in at[:-1])}"
 
 
@@ -357,11 +381,19 @@ def check_flow(sol: FlowSolution) -> FlowSolution:
     ``FloatingPointError`` (divergence) or ``RuntimeError`` (solver failure) naming the time and the quantity.
     On traced values (under ``jit``) an ``eqx.error_if`` runtime error instead."""
     if isinstance(sol.diverged, jax.core.Tracer):
-        sol = eqx.error_if(sol, sol.diverged, "gradient flow diverged (non-finite or exploding loss, parameters or "
-                           "gradient); call gradient_flow outside jit to get the time and the quantity.")
-        return eqx.error_if(sol, sol.solver_failed, "gradient flow stopped before t1 (solver failure: a stiff flow, "
-                            "or a NaN in the gradient); call gradient_flow outside jit to tell which, or try "
-                            "solver='kvaerno5' or a larger max_steps.")
+        sol = eqx.error_if(
+            sol,
+            sol.diverged,
+            "gradient flow diverged (non-finite or exploding loss, parameters or "
+            "gradient); call gradient_flow outside jit to get the time and the quantity.",
+        )
+        return eqx.error_if(
+            sol,
+            sol.solver_failed,
+            "gradient flow stopped before t1 (solver failure: a stiff flow, "
+            "or a NaN in the gradient); call gradient_flow outside jit to tell which, or try "
+            "solver='kvaerno5' or a larger max_steps.",
+        )
     t = float(np.max(np.asarray(sol.t_final)))
     diverged, failed = bool(np.any(np.asarray(sol.diverged))), bool(np.any(np.asarray(sol.solver_failed)))
     if not (diverged or failed):
@@ -371,7 +403,8 @@ def check_flow(sol: FlowSolution) -> FlowSolution:
         raise FloatingPointError(
             f"gradient flow stopped at t = {t:.6g} before t1: the gradient there is not finite (norm {final_grad}), "
             "so the solver could not step past it (not stiffness). Check the loss for NaN in its derivative (e.g. "
-            "jnp.where over a branch that is NaN, a sqrt or log at 0).")
+            "jnp.where over a branch that is NaN, a sqrt or log at 0)."
+        )
     first_bad = _first_nonfinite_save(sol)
     if first_bad is not None:
         t_bad, what, where = first_bad
@@ -379,7 +412,8 @@ def check_flow(sol: FlowSolution) -> FlowSolution:
         raise FloatingPointError(
             f"gradient flow hit a non-finite value{where}: {what} at the saved time t = {t_bad:.6g}, the first saved "
             f"time at which it appears{stuck}. Check the loss for NaN (a log or a division at these parameters), or "
-            "reduce the initialization scale or the time horizon.")
+            "reduce the initialization scale or the time horizon."
+        )
     if diverged:
         # the save times after the stop hold the final state, so the last saved loss is the final one
         loss = np.asarray(sol.losses)[..., -1]
@@ -389,8 +423,10 @@ def check_flow(sol: FlowSolution) -> FlowSolution:
         if not np.all(np.isfinite(norm)):
             what = f"‖θ‖ = {norm}"
         else:
-            what = (f"‖∇L‖ grew from {np.asarray(sol.grad_norms)[..., 0]} to {np.asarray(sol.grad_norms)[..., -1]}, "
-                    f"‖θ‖ = {norm}, loss = {loss}")
+            what = (
+                f"‖∇L‖ grew from {np.asarray(sol.grad_norms)[..., 0]} to {np.asarray(sol.grad_norms)[..., -1]}, "
+                f"‖θ‖ = {norm}, loss = {loss}"
+            )
         raise FloatingPointError(
             f"gradient flow diverged at t = {t:.6g}: {what}. Reduce the initialization scale or the time "
             "horizon; the loss has no finite minimizer along this trajectory."

@@ -90,8 +90,10 @@ class Curriculum(eqx.Module):
     def __init__(self, d=(5, 20, 1), n=(11, 41, 2), every: int = 2000):
         for name, (start, end, inc) in (("d", d), ("n", n)):
             if not 1 <= start <= end or inc < 0:
-                raise ValueError(f"curriculum {name} = (start, end, increment) needs 1 <= start <= end and "
-                                 f"increment >= 0; got {(start, end, inc)}.")
+                raise ValueError(
+                    f"curriculum {name} = (start, end, increment) needs 1 <= start <= end and "
+                    f"increment >= 0; got {(start, end, inc)}."
+                )
         if int(every) < 1:
             raise ValueError(f"every must be >= 1 step, got {every}.")
         (self.d_start, self.d_end, self.d_inc), (self.n_start, self.n_end, self.n_inc) = map(int, d), map(int, n)
@@ -99,8 +101,10 @@ class Curriculum(eqx.Module):
 
     def at(self, step: Int[Array, ""]) -> tuple[Int[Array, ""], Int[Array, ""]]:
         k = step // self.every
-        return (jnp.minimum(self.d_start + k * self.d_inc, self.d_end),
-                jnp.minimum(self.n_start + k * self.n_inc, self.n_end))
+        return (
+            jnp.minimum(self.d_start + k * self.d_inc, self.d_end),
+            jnp.minimum(self.n_start + k * self.n_inc, self.n_end),
+        )
 
 
 @dataclasses.dataclass
@@ -128,7 +132,7 @@ class TrainResult:
         return self.step >= self.n_steps or self.time_limited
 
     def status(self) -> str:
-        """"complete" or "partial, step s of S" (for reports)."""
+        """ "complete" or "partial, step s of S" (for reports)."""
         return "complete" if self.complete else f"partial, step {self.step:,} of {self.n_steps:,}"
 
 
@@ -139,9 +143,11 @@ def cast_floating(tree: PyTree, dtype) -> PyTree:
 
 def _fingerprint(params, opt_state, config) -> dict:
     leaves = jax.tree_util.tree_leaves((params, opt_state))
-    return {"config": config or {},
-            "structure": str(jax.tree_util.tree_structure((params, opt_state))),
-            "leaves": [[list(np.shape(x)), str(np.asarray(x).dtype)] for x in leaves]}
+    return {
+        "config": config or {},
+        "structure": str(jax.tree_util.tree_structure((params, opt_state))),
+        "leaves": [[list(np.shape(x)), str(np.asarray(x).dtype)] for x in leaves],
+    }
 
 
 def _key_record(key) -> dict | list:
@@ -157,13 +163,20 @@ def _key_from_record(record):
     return jnp.asarray(np.asarray(record, dtype=np.uint32))
 
 
-def save_checkpoint(path, params, opt_state, step: int, key, losses, evals, fingerprint,
-                    seconds_per_step: float | None = None) -> None:
+def save_checkpoint(
+    path, params, opt_state, step: int, key, losses, evals, fingerprint, seconds_per_step: float | None = None
+) -> None:
     """One file, written atomically: a JSON header line (step, key, evaluations, the configuration's fingerprint and
     the measured seconds per step), the loss history (``.npy``), then the parameters and optimizer state (Equinox
     serialisation)."""
-    header = {"magic": _MAGIC, "step": int(step), "key": _key_record(key),
-              "evals": evals, "fingerprint": fingerprint, "seconds_per_step": seconds_per_step}
+    header = {
+        "magic": _MAGIC,
+        "step": int(step),
+        "key": _key_record(key),
+        "evals": evals,
+        "fingerprint": fingerprint,
+        "seconds_per_step": seconds_per_step,
+    }
     with atomic_output(path) as tmp, open(tmp, "wb") as f:
         f.write((json.dumps(header) + "\n").encode())
         np.save(f, np.asarray(losses))
@@ -179,9 +192,11 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
     another configuration (or, with ``key``, from another PRNG key: another seed), or is unreadable or truncated (its
     loss history must hold ``step`` losses and its parameters the run's shapes). Never used silently.
     `checkpoint_header` reads the rest of the header (e.g. ``seconds_per_step``)."""
+
     def refuse(why: str):
-        raise CheckpointError(f"checkpoint {path} {why}. Delete it to train this run from the start, or use another "
-                              "checkpoint path.")
+        raise CheckpointError(
+            f"checkpoint {path} {why}. Delete it to train this run from the start, or use another checkpoint path."
+        )
 
     try:
         with open(path, "rb") as f:
@@ -197,8 +212,11 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
                 diff = ""
                 if "config" in what:
                     keys = sorted(set(theirs["config"]) | set(fingerprint["config"]))
-                    diff = "; ".join(f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
-                                     for k in keys if theirs["config"].get(k) != fingerprint["config"].get(k))
+                    diff = "; ".join(
+                        f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
+                        for k in keys
+                        if theirs["config"].get(k) != fingerprint["config"].get(k)
+                    )
                 refuse(f"was written by another configuration ({', '.join(what)} differ{': ' + diff if diff else ''})")
             if key is not None and header["key"] != _key_record(key):
                 refuse("was written by a run with another PRNG key (another seed)")
@@ -248,8 +266,14 @@ def steps_from(start: int, n: int) -> Array:
     return jax.device_put(np.arange(start, start + n, dtype=np.int32))
 
 
-def chunk_runner(loss_fn, static: PyTree, optimizer: optax.GradientTransformation, compute_dtype=None,
-                 ensemble: bool = False, member_data: PyTree = None):
+def chunk_runner(
+    loss_fn,
+    static: PyTree,
+    optimizer: optax.GradientTransformation,
+    compute_dtype=None,
+    ensemble: bool = False,
+    member_data: PyTree = None,
+):
     """The compiled body of `train`: ``run(params, opt_state, key, steps) -> ((params, opt_state),
     losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
     step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves.
@@ -292,9 +316,13 @@ def stack_members(models: list[PyTree]) -> PyTree:
     structure = jax.tree_util.tree_structure(arrays[0])
     for i, a in enumerate(arrays[1:], 1):
         if jax.tree_util.tree_structure(a) != structure or any(
-                np.shape(x) != np.shape(y) for x, y in zip(jax.tree_util.tree_leaves(arrays[0]), jax.tree_util.tree_leaves(a))):
-            raise ValueError(f"stack_members: model {i} differs in structure or shape from model 0; an ensemble needs "
-                             "models of one shape (train the others separately).")
+            np.shape(x) != np.shape(y)
+            for x, y in zip(jax.tree_util.tree_leaves(arrays[0]), jax.tree_util.tree_leaves(a))
+        ):
+            raise ValueError(
+                f"stack_members: model {i} differs in structure or shape from model 0; an ensemble needs "
+                "models of one shape (train the others separately)."
+            )
     return eqx.combine(_stack(arrays), eqx.filter(models[0], eqx.is_array, inverse=True))
 
 
@@ -315,9 +343,16 @@ def member(ensemble: PyTree, i: int) -> PyTree:
     return eqx.combine(_take(arrays, jnp.asarray(i)), static)
 
 
-def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None,
-                            chunk: int = 2, compute_dtype=None, memory_budget: int | None = None,
-                            max_members: int = 1024) -> tuple[int, int]:
+def ensemble_size_that_fits(
+    loss_fn,
+    model: PyTree,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    chunk: int = 2,
+    compute_dtype=None,
+    memory_budget: int | None = None,
+    max_members: int = 1024,
+) -> tuple[int, int]:
     """The largest K ≤ ``max_members`` for which `train`'s chunk program of K copies of ``model`` (one model,
     not a stack) fits in ``memory_budget`` bytes (default ``jaxicl.sweep.device_memory_budget()``: 75 % of the
     device's memory), from one compilation: the program of an ensemble of one, whose memory (``memory_analysis``)
@@ -341,8 +376,10 @@ def ensemble_size_that_fits(loss_fn, model: PyTree, *, optimizer: optax.Gradient
     if one == 0:
         return 1, 0
     if one > budget:
-        raise MemoryError(f"one model's training chunk needs {one / 2**30:.2f} GiB, more than the budget of "
-                          f"{budget / 2**30:.2f} GiB: reduce the batch or the model.")
+        raise MemoryError(
+            f"one model's training chunk needs {one / 2**30:.2f} GiB, more than the budget of "
+            f"{budget / 2**30:.2f} GiB: reduce the batch or the model."
+        )
     return int(min(max_members, budget // one)), one
 
 
@@ -356,24 +393,41 @@ def _ensemble_size(params: PyTree, static: PyTree, key, member_data: PyTree = No
     """Members of an ensemble ``train``: the common leading axis of the trainable leaves and of ``key``."""
     sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree_util.tree_leaves(params)}
     if len(sizes) != 1 or None in sizes:
-        raise ValueError("train(ensemble=True) needs every floating-point leaf of the model stacked on a leading member "
-                         f"axis of one size (jaxicl.dynamics.stack_members); got leading sizes {sorted(map(str, sizes))}.")
+        raise ValueError(
+            "train(ensemble=True) needs every floating-point leaf of the model stacked on a leading member "
+            f"axis of one size (jaxicl.dynamics.stack_members); got leading sizes {sorted(map(str, sizes))}."
+        )
     (k,) = sizes
     if any(eqx.is_array(x) for x in jax.tree_util.tree_leaves(static)):
-        raise ValueError("train(ensemble=True): the model has integer or boolean arrays; only floating-point leaves "
-                         "are trained and vmapped, so such arrays cannot differ between members. Make them static.")
+        raise ValueError(
+            "train(ensemble=True): the model has integer or boolean arrays; only floating-point leaves "
+            "are trained and vmapped, so such arrays cannot differ between members. Make them static."
+        )
     if np.shape(key)[:1] != (k,) or np.ndim(key) != 2:
-        raise ValueError(f"train(ensemble=True) needs one PRNG key per member, an array of shape ({k}, 2) "
-                         f"(jax.random.split(key, {k})); got shape {np.shape(key)}.")
+        raise ValueError(
+            f"train(ensemble=True) needs one PRNG key per member, an array of shape ({k}, 2) "
+            f"(jax.random.split(key, {k})); got shape {np.shape(key)}."
+        )
     data_sizes = {np.shape(x)[:1] for x in jax.tree_util.tree_leaves(eqx.filter(member_data, eqx.is_array))}
     if data_sizes - {(k,)}:
-        raise ValueError(f"train: every array of member_data needs a leading member axis of size {k}; got leading "
-                         f"sizes {sorted(s[0] if s else None for s in data_sizes)}.")
+        raise ValueError(
+            f"train: every array of member_data needs a leading member axis of size {k}; got leading "
+            f"sizes {sorted(s[0] if s else None for s in data_sizes)}."
+        )
     return k
 
 
-def step_seconds(loss_fn, model: PyTree, *, optimizer: optax.GradientTransformation | None = None, chunk: int = 20,
-                 repeats: int = 3, compute_dtype=None, key: PRNGKeyArray | None = None, ensemble: bool = False) -> float:
+def step_seconds(
+    loss_fn,
+    model: PyTree,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    chunk: int = 20,
+    repeats: int = 3,
+    compute_dtype=None,
+    key: PRNGKeyArray | None = None,
+    ensemble: bool = False,
+) -> float:
     """Seconds per training step of `train` on this loss and model (with ``ensemble``, one step of every member
     together): the median over ``repeats`` runs of a compiled chunk of ``chunk`` steps, after a first run that
     compiles it. The model is not updated."""
@@ -456,7 +510,8 @@ def train(
             ``eqx.filter_vmap``; leading member axis): member i's loss is ``loss_fn(model, key, step, member_data[i])``.
 
     With ``progress``, the seconds per step and the estimated time to finish are printed before training when the
-    checkpoint has them (a resumed slice), else after the first chunk (its compilation excluded). ``train`` runs on the host between compiled chunks (progress,
+    checkpoint has them (a resumed slice), else after the first chunk (its compilation excluded). ``train`` runs on
+    the host between compiled chunks (progress,
     checkpoints), so it cannot be differentiated: use `jaxicl.optax_train` inside ``jax.grad``.
 
     A non-finite loss raises ``FloatingPointError`` naming the step; the last checkpoint is left intact.
@@ -466,8 +521,9 @@ def train(
     chunk_size = _validate.integer("train: chunk_size", chunk_size)
     if time_limit is not None:
         _validate.real("train: time_limit (seconds)", time_limit, gt=0)
-    checkpoint_every = chunk_size if checkpoint_every is None else _validate.integer("train: checkpoint_every",
-                                                                                     checkpoint_every)
+    checkpoint_every = (
+        chunk_size if checkpoint_every is None else _validate.integer("train: checkpoint_every", checkpoint_every)
+    )
     eval_every = eval_every and _validate.integer("train: eval_every", eval_every)
     for name, every in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
         if every and every % chunk_size:
@@ -486,8 +542,10 @@ def train(
         params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint, key)
         stored_seconds = checkpoint_header(checkpoint).get("seconds_per_step")
         if step > n_steps:
-            raise CheckpointError(f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}: it belongs to "
-                                  "a longer run. Delete it, or use another checkpoint path.")
+            raise CheckpointError(
+                f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}: it belongs to "
+                "a longer run. Delete it, or use another checkpoint path."
+            )
         losses = list(old)
     resumed_from = step
 
@@ -496,7 +554,11 @@ def train(
         return _plan_run(run_chunk, params, opt_state, static, key, step, n_steps, losses, ensemble, label, eval_fn)
 
     def evaluate(s):
-        if eval_fn is not None and str(s) not in evals and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps):
+        if (
+            eval_fn is not None
+            and str(s) not in evals
+            and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps)
+        ):
             evals[str(s)] = {k: np.asarray(v).tolist() for k, v in eval_fn(eqx.combine(params, static)).items()}
 
     def seconds_per_step():  # this call's measurement, else the one stored by the run it resumes
@@ -504,14 +566,18 @@ def train(
 
     def save(s):
         if checkpoint is not None:
-            save_checkpoint(checkpoint, params, opt_state, s, key, np.asarray(losses), evals, fingerprint,
-                            seconds_per_step())
+            save_checkpoint(
+                checkpoint, params, opt_state, s, key, np.asarray(losses), evals, fingerprint, seconds_per_step()
+            )
 
     from tqdm.auto import tqdm
 
     if progress and stored_seconds and step < n_steps:  # a resumed slice knows its step time before it starts
-        print(f"[train] {label or 'run'}: {1e3 * stored_seconds:.3g} ms/step (measured by the previous slice); "
-              f"{n_steps - step:,} steps to go ≈ {(n_steps - step) * stored_seconds / 60:.3g} min", flush=True)
+        print(
+            f"[train] {label or 'run'}: {1e3 * stored_seconds:.3g} ms/step (measured by the previous slice); "
+            f"{n_steps - step:,} steps to go ≈ {(n_steps - step) * stored_seconds / 60:.3g} min",
+            flush=True,
+        )
     bar = tqdm(total=n_steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
     evaluate(step)
     timed_steps, timed_seconds, first = 0, 0.0, True
@@ -527,9 +593,11 @@ def train(
             (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(step, n))
         except (ValueError, TypeError) as e:
             if first and not ensemble and _looks_stacked(params):
-                raise ValueError(f"train: the loss failed on the model ({e}). Every floating-point leaf of the model has "
-                                 "one leading axis of the same size: if it is a stack of models (stack_members), pass "
-                                 "ensemble=True with one key per member.") from e
+                raise ValueError(
+                    f"train: the loss failed on the model ({e}). Every floating-point leaf of the model has "
+                    "one leading axis of the same size: if it is a stack of models (stack_members), pass "
+                    "ensemble=True with one key per member."
+                ) from e
             raise
         chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
         chunk = lap.lap("chunk")
@@ -537,9 +605,11 @@ def train(
         if first and progress:
             per_step = chunk.run / n
             left = n_steps - step - n
-            print(f"[train] {label or 'run'}: {1e3 * per_step:.3g} ms/step (first chunk, compilation of "
-                  f"{chunk.compile:.1f} s excluded); {left:,} steps to go ≈ {left * per_step / 60:.3g} min",
-                  flush=True)
+            print(
+                f"[train] {label or 'run'}: {1e3 * per_step:.3g} ms/step (first chunk, compilation of "
+                f"{chunk.compile:.1f} s excluded); {left:,} steps to go ≈ {left * per_step / 60:.3g} min",
+                flush=True,
+            )
         check_finite_curve(chunk_losses, "training loss", first_step=step)
         params, opt_state = new_params, new_state
         losses.extend(chunk_losses)
@@ -549,8 +619,12 @@ def train(
         bar.update(n)
         bar.set_postfix(loss=f"{float(np.mean(chunk_losses)):.4g}", steps_per_s=f"{n / seconds:.1f}")
         evaluate(step)
-        if (step % checkpoint_every == 0 or step == n_steps or (deadline is not None and time.time() >= deadline)
-                or out_of_time()):
+        if (
+            step % checkpoint_every == 0
+            or step == n_steps
+            or (deadline is not None and time.time() >= deadline)
+            or out_of_time()
+        ):
             save(step)
     bar.close()
     eval_steps = np.array(sorted(int(s) for s in evals))
@@ -560,15 +634,39 @@ def train(
     if time_limited and progress:
         print(f"[train] {label or 'run'}: time limit of {time_limit:.3g} s reached at step {step:,}", flush=True)
     elif step < n_steps and progress:
-        print(f"[train] {label or 'run'}: deadline reached at step {step:,} of {n_steps:,}; checkpointed, run again "
-              "to resume", flush=True)
+        print(
+            f"[train] {label or 'run'}: deadline reached at step {step:,} of {n_steps:,}; checkpointed, run again "
+            "to resume",
+            flush=True,
+        )
     sps = seconds_per_step()
-    return TrainResult(eqx.combine(params, static), opt_state, np.asarray(losses), eval_steps, eval_arrays,
-                       1 / sps if sps else float("nan"), resumed_from, step, n_steps, time_limited)
+    return TrainResult(
+        eqx.combine(params, static),
+        opt_state,
+        np.asarray(losses),
+        eval_steps,
+        eval_arrays,
+        1 / sps if sps else float("nan"),
+        resumed_from,
+        step,
+        n_steps,
+        time_limited,
+    )
 
 
-def _plan_run(run_chunk, params, opt_state, static, key, step: int, n_steps: int, losses: list, ensemble: bool,
-              label: str | None, eval_fn=None) -> TrainResult:
+def _plan_run(
+    run_chunk,
+    params,
+    opt_state,
+    static,
+    key,
+    step: int,
+    n_steps: int,
+    losses: list,
+    ensemble: bool,
+    label: str | None,
+    eval_fn=None,
+) -> TrainResult:
     """`train` under `planning`: two chunks of the planned length (the second timed), recorded."""
     planned, steps = _PLANNING
     n = max(1, min(steps, (n_steps - step) // 2))
@@ -583,17 +681,31 @@ def _plan_run(run_chunk, params, opt_state, static, key, step: int, n_steps: int
         done += n
     members = int(np.shape(key)[0]) if ensemble else 1
     seconds = times[-1] / n if times else float("nan")
-    platform = jax.tree_util.tree_leaves(params)[0].devices().pop().platform if jax.tree_util.tree_leaves(params) else "?"
+    platform = (
+        jax.tree_util.tree_leaves(params)[0].devices().pop().platform if jax.tree_util.tree_leaves(params) else "?"
+    )
     planned.append(PlannedRun(label or "run", members, n_steps, n_steps - step, seconds, platform))
     model = eqx.combine(params, static)
     evals = {} if eval_fn is None else {k: np.asarray([np.asarray(v)]) for k, v in eval_fn(model).items()}
-    return TrainResult(model, opt_state, np.asarray(losses), np.array([done] if evals else [], int), evals,
-                       1 / seconds if times else float("nan"), step, done, n_steps, False)
+    return TrainResult(
+        model,
+        opt_state,
+        np.asarray(losses),
+        np.array([done] if evals else [], int),
+        evals,
+        1 / seconds if times else float("nan"),
+        step,
+        done,
+        n_steps,
+        False,
+    )
 
 
 def _refuse_tracers(tree, where: str) -> None:
     """A clear error instead of a failed host conversion when ``where`` is called inside jax.grad / jit / vmap."""
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree)):
-        raise TypeError(f"{where}() runs on the host in chunks (progress, evaluation, checkpoints) and cannot be "
-                        "traced: its model arrived as a tracer (inside jax.grad, jit or vmap). Differentiate through "
-                        "jaxicl.optax_train or jaxicl.gradient_descent instead.")
+        raise TypeError(
+            f"{where}() runs on the host in chunks (progress, evaluation, checkpoints) and cannot be "
+            "traced: its model arrived as a tracer (inside jax.grad, jit or vmap). Differentiate through "
+            "jaxicl.optax_train or jaxicl.gradient_descent instead."
+        )

@@ -11,12 +11,18 @@ import time
 from pathlib import Path
 
 from .. import dynamics
-from ..runtime import placement
 from .._io import atomic_write_text
+from ..runtime import placement
 from ..runtime.budget import TimeBudget, plan_markdown
-from ..runtime.profiling import Stage, StageTimer, total
 from ..runtime.jobs import (
-    AcceleratorOwner, cpu_threads_per_process, longest_first, record_seconds, run_watched, stopping_children_on_signals)
+    AcceleratorOwner,
+    cpu_threads_per_process,
+    longest_first,
+    record_seconds,
+    run_watched,
+    stopping_children_on_signals,
+)
+from ..runtime.profiling import Stage, StageTimer, total
 from . import settings
 from .report import Check, PaperResult, PartResult, headline, render_markdown, result_path, staged_results
 from .report import recording as report_settings
@@ -24,10 +30,22 @@ from .report import recording as report_settings
 # name -> (module, one-line description); later issues add their papers here.
 REPRODUCTIONS = {
     "zhang2023": ("jaxicl.experiments.zhang2023", "Zhang, Frei & Bartlett: one-layer LSA trained by gradient flow"),
-    "ahn2023": ("jaxicl.experiments.ahn2023", "Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD"),
-    "gatmiry2024": ("jaxicl.experiments.gatmiry2024", "Gatmiry, Saunshi, Reddi, Jegelka & Kumar: depth vs looping under task diversity"),
-    "yang2024": ("jaxicl.experiments.yang2024", "Yang, Huang, Liang & Chi: multi-head softmax attention learns ridge regression"),
-    "algoformer": ("jaxicl.experiments.algoformer", "AlgoFormer: standard vs looped vs pre/loop/post transformers; vs GD and Newton"),
+    "ahn2023": (
+        "jaxicl.experiments.ahn2023",
+        "Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD",
+    ),
+    "gatmiry2024": (
+        "jaxicl.experiments.gatmiry2024",
+        "Gatmiry, Saunshi, Reddi, Jegelka & Kumar: depth vs looping under task diversity",
+    ),
+    "yang2024": (
+        "jaxicl.experiments.yang2024",
+        "Yang, Huang, Liang & Chi: multi-head softmax attention learns ridge regression",
+    ),
+    "algoformer": (
+        "jaxicl.experiments.algoformer",
+        "AlgoFormer: standard vs looped vs pre/loop/post transformers; vs GD and Newton",
+    ),
 }
 
 
@@ -62,12 +80,15 @@ def effective_settings(modules: dict, size: str, overrides: dict | None, transfo
     unknown = sorted(set(overrides) - set(modules))
     if unknown:
         raise settings.SettingsError(f"settings given for {', '.join(unknown)}, which this run does not reproduce.")
+
     def base(module):
         off = None if transformers else getattr(module, "TRANSFORMER_SETTINGS", None)
         return module.SIZES[size] if off is None else dataclasses.replace(module.SIZES[size], **{off: None})
 
-    return {name: settings.apply(base(module), overrides[name]) if overrides.get(name) else None
-            for name, module in modules.items()}
+    return {
+        name: settings.apply(base(module), overrides[name]) if overrides.get(name) else None
+        for name, module in modules.items()
+    }
 
 
 def _run_with_settings(module, size: str, config, call):
@@ -85,6 +106,7 @@ def _jobs(modules: dict, configs: dict | None = None) -> list[tuple[str, str | N
     """The processes of a ``--jobs`` run: (paper, part) for each part of a paper with ``PARTS`` (independent pieces
     of work: `PartResult`; those of its effective settings' ``parts``, ``configs``: name -> Config or None), else
     (paper, None)."""
+
     def parts(name, m):
         return getattr((configs or {}).get(name), "parts", None) or getattr(m, "PARTS", None) or (None,)
 
@@ -104,14 +126,25 @@ def runs_in_processes(names: list[str], jobs: int, transformers: bool = True, co
 
 def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 1) -> None:
     where = "" if processes == 1 else f" over {processes} processes"
-    print(f"[jaxicl] {name}: {headline(res.checks)} in {timing.wall:.1f} s{where} (compile {timing.compile:.1f} s, {timing.programs} XLA "
-          f"programs, {timing.cache_hits} from the persistent cache)", flush=True)
+    print(
+        f"[jaxicl] {name}: {headline(res.checks)} in {timing.wall:.1f} s{where} (compile {timing.compile:.1f} "
+        f"s, {timing.programs} XLA "
+        f"programs, {timing.cache_hits} from the persistent cache)",
+        flush=True,
+    )
     for fig, status in res.partial.items():
         print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)
 
 
-def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report", progress: bool = False,
-                   budget_minutes: float | None = None, overrides: dict | None = None) -> list[PartResult]:
+def reproduce_part(
+    name: str,
+    part: str,
+    size: str = "quick",
+    out="jaxicl-report",
+    progress: bool = False,
+    budget_minutes: float | None = None,
+    overrides: dict | None = None,
+) -> list[PartResult]:
     """One part of a paper (its ``PARTS``; a ``--jobs`` run's process): trained and evaluated, checkpointed under
     ``out``, its datasets returned for the paper's ``assemble`` (no report written)."""
     module = _modules([name])[name]
@@ -122,18 +155,34 @@ def reproduce_part(name: str, part: str, size: str = "quick", out="jaxicl-report
     budget = None if budget_minutes is None else TimeBudget(60 * budget_minutes)
     config = effective_settings({name: module}, size, {name: overrides} if overrides else None)[name]
     with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
-        (res,) = _run_with_settings(module, size, config, lambda **c: module.run_parts(
-            [part], size=size, out=Path(out), progress=progress, budget=budget, **c))
+        (res,) = _run_with_settings(
+            module,
+            size,
+            config,
+            lambda **c: module.run_parts([part], size=size, out=Path(out), progress=progress, budget=budget, **c),
+        )
     done = whole.lap(part)
-    print(f"[jaxicl] {name}/{part}: done in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA "
-          f"programs, {done.cache_hits} from the persistent cache)", flush=True)
+    print(
+        f"[jaxicl] {name}/{part}: done in {done.wall:.1f} s (compile {done.compile:.1f} s, {done.programs} XLA "
+        f"programs, {done.cache_hits} from the persistent cache)",
+        flush=True,
+    )
     return [res]
 
 
-def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bool = False,
-              budget_minutes: float | None = None, transformers: bool = True, jobs: int = 1,
-              write_report: bool = True, overrides: dict | None = None, plan: bool = False,
-              record_times: bool = False) -> list[PaperResult]:
+def reproduce(
+    names=None,
+    size: str = "quick",
+    out="jaxicl-report",
+    progress: bool = False,
+    budget_minutes: float | None = None,
+    transformers: bool = True,
+    jobs: int = 1,
+    write_report: bool = True,
+    overrides: dict | None = None,
+    plan: bool = False,
+    record_times: bool = False,
+) -> list[PaperResult]:
     """Run reproductions and write ``out/report.md`` with checks tables, figures and data.
 
     ``out``'s earlier results are replaced only once this run's are complete (`report.staged_results`): until then
@@ -169,8 +218,9 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
     with staged_results(out):  # out's results are replaced once this run's are complete
         end = None if budget_minutes is None else time.time() + 60 * budget_minutes
         if runs_in_processes(names, jobs, transformers, configs) and not plan:
-            return _run_in_processes(list(modules), size, out, progress, end, transformers, int(jobs), overrides,
-                                     record_times)
+            return _run_in_processes(
+                list(modules), size, out, progress, end, transformers, int(jobs), overrides, record_times
+            )
         results = []
         for i, (name, module) in enumerate(modules.items()):
             print(f"[jaxicl] reproducing {name} ({size}) ...", flush=True)
@@ -179,21 +229,32 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
             if end is not None and transformers and _trains(module):
                 training_left = sum(_trains(m) for m in list(modules.values())[i:])  # papers still to train
                 kwargs["budget"] = TimeBudget(max(end - time.time(), 1e-3) / training_left)
-            with placement.on("latency"), (dynamics.planning() if plan else contextlib.nullcontext([])) as planned:
+            with placement.on("latency"), dynamics.planning() if plan else contextlib.nullcontext([]) as planned:
                 # (the library's throughput-bound calls move to the accelerator themselves)
-                res = _run_with_settings(module, size, configs[name], lambda **c: module.run(
-                    size=size, out=out, progress=progress, **kwargs, **c))
+                res = _run_with_settings(
+                    module,
+                    size,
+                    configs[name],
+                    lambda **c: module.run(size=size, out=out, progress=progress, **kwargs, **c),
+                )
             if planned:
                 table = plan_markdown(planned, budget_minutes)
-                res.notes.append("**Training plan** (`--plan`: each run measured on a few steps; nothing else trained):\n\n"
-                                 + table)
+                res.notes.append(
+                    "**Training plan** (`--plan`: each run measured on a few steps; nothing else trained):\n\n" + table
+                )
                 print(f"[jaxicl] {name}: training plan\n{table}", flush=True)
             done = whole.lap(name)
             if res.stages:  # what the paper's own stages do not cover: figures, data files, set-up
                 rest = total(res.stages)
-                res.stages.append(Stage("figures, data files, set-up", max(done.wall - rest.wall, 0.0),
-                                        max(done.compile - rest.compile, 0.0), done.programs - rest.programs,
-                                        done.cache_hits - rest.cache_hits))
+                res.stages.append(
+                    Stage(
+                        "figures, data files, set-up",
+                        max(done.wall - rest.wall, 0.0),
+                        max(done.compile - rest.compile, 0.0),
+                        done.programs - rest.programs,
+                        done.cache_hits - rest.cache_hits,
+                    )
+                )
             _print_summary(name, res, done)
             results.append(res)
             if write_report:
@@ -202,9 +263,19 @@ def reproduce(names=None, size: str = "quick", out="jaxicl-report", progress: bo
         return results
 
 
-def _child_command(name: str, size: str, out: Path, progress: bool, end: float | None, transformers: bool,
-                   result_file: Path, threads: int | None = None, part: str | None = None,
-                   device: str | None = None, overrides: dict | None = None) -> list[str]:
+def _child_command(
+    name: str,
+    size: str,
+    out: Path,
+    progress: bool,
+    end: float | None,
+    transformers: bool,
+    result_file: Path,
+    threads: int | None = None,
+    part: str | None = None,
+    device: str | None = None,
+    overrides: dict | None = None,
+) -> list[str]:
     """``jaxicl reproduce NAME`` (``--part PART``: that part of it) as a process that pickles its result to
     ``result_file`` and writes no report.md, with this process's size, output directory, budget end and compilation
     cache, and XLA:CPU's thread pool sized to ``threads`` (`jaxicl.runtime.xla_options.size_cpu_thread_pool`; None: XLA's
@@ -213,8 +284,19 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
 
     # -P: the working directory is not put first on sys.path, so a folder jaxicl/ where the command runs (another
     # checkout, a planted package) is not what the child imports
-    cmd = [sys.executable, "-P", "-m", "jaxicl.cli", "reproduce", name, f"--{size}", "--out", str(out),
-           "--result-file", str(result_file)]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "jaxicl.cli",
+        "reproduce",
+        name,
+        f"--{size}",
+        "--out",
+        str(out),
+        "--result-file",
+        str(result_file),
+    ]
     cmd += [] if part is None else ["--part", part]
     staging = result_path(out)
     cmd += [] if staging == Path(out) else ["--results-into", str(staging)]  # the parent moves them into place
@@ -229,9 +311,17 @@ def _child_command(name: str, size: str, out: Path, progress: bool, end: float |
     return cmd + ([] if threads is None else ["--cpu-threads", str(threads)])
 
 
-def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, end: float | None,
-                      transformers: bool, jobs: int, overrides: dict | None = None,
-                      record_times: bool = False) -> list[PaperResult]:
+def _run_in_processes(
+    names: list[str],
+    size: str,
+    out: Path,
+    progress: bool,
+    end: float | None,
+    transformers: bool,
+    jobs: int,
+    overrides: dict | None = None,
+    record_times: bool = False,
+) -> list[PaperResult]:
     """Each paper in its own process, or each part of a paper with ``PARTS`` (`reproduce_part`; the paper is
     assembled here once all its parts are done), up to ``jobs`` at once, all sharing the persistent compilation cache.
 
@@ -270,21 +360,36 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
             mine = (overrides or {}).get(name)
             with devices.claim() as device:  # one process at a time holds the accelerator
                 for attempt in (1, 2):  # a deadlocked process is stopped and started once more (cache, checkpoints)
-                    cmd = _child_command(name, size, out, progress, end, transformers, result_file, threads, part,
-                                         device, **({"overrides": mine} if mine else {}))
+                    cmd = _child_command(
+                        name,
+                        size,
+                        out,
+                        progress,
+                        end,
+                        transformers,
+                        result_file,
+                        threads,
+                        part,
+                        device,
+                        **({"overrides": mine} if mine else {}),
+                    )
                     rc = run_watched(cmd, label)
                     if rc is not None:
                         break
                     if attempt == 1:
                         print(f"[jaxicl] {label}: starting it again", flush=True)
             if rc is None:
-                raise JobFailed(f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
-                                   "deadlock, see benchmarks/README.md); its Python stacks are printed above")
+                raise JobFailed(
+                    f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
+                    "deadlock, see benchmarks/README.md); its Python stacks are printed above"
+                )
             if not result_file.exists():
                 why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
-                raise JobFailed(f"the {label} reproduction's process {why} before it finished (its output is above); "
-                                "the other papers' results are in the incomplete run's report, its training checkpoints "
-                                "are kept: the same command resumes")
+                raise JobFailed(
+                    f"the {label} reproduction's process {why} before it finished (its output is above); "
+                    "the other papers' results are in the incomplete run's report, its training checkpoints "
+                    "are kept: the same command resumes"
+                )
             with open(result_file, "rb") as f:
                 (res,) = pickle.load(f)
             with lock:
@@ -293,12 +398,17 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
                     parts[name].append(res)
                     if len(parts[name]) < sum(n == name for n, _ in todo):
                         return
-                    res = _run_with_settings(modules[name], size, configs[name], lambda **c: modules[name].assemble(
-                        size, out, parts[name], **c))
+                    res = _run_with_settings(
+                        modules[name],
+                        size,
+                        configs[name],
+                        lambda **c: modules[name].assemble(size, out, parts[name], **c),
+                    )
                     _print_summary(name, res, total(res.stages), len(parts[name]))
                 results[name] = res
-                atomic_write_text(result_path(out / "report.md"),
-                                  render_markdown([results[n] for n in names if n in results]))
+                atomic_write_text(
+                    result_path(out / "report.md"), render_markdown([results[n] for n in names if n in results])
+                )
 
         # a SIGTERM or SIGINT stops every child before this process ends, and the folder above is removed
         with stopping_children_on_signals(), ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -312,4 +422,13 @@ def _run_in_processes(names: list[str], size: str, out: Path, progress: bool, en
     return [results[n] for n in names if n in modules]
 
 
-__all__ = ["Check", "JobFailed", "PaperResult", "PartResult", "REPRODUCTIONS", "available", "reproduce", "reproduce_part"]
+__all__ = [
+    "Check",
+    "JobFailed",
+    "PaperResult",
+    "PartResult",
+    "REPRODUCTIONS",
+    "available",
+    "reproduce",
+    "reproduce_part",
+]

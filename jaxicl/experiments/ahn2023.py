@@ -22,10 +22,20 @@ import xarray as xr
 
 from .. import dynamics, losses, tasks
 from ..models import GramBatch, LinearTransformer
+from ..runtime.xla_cpu import after
 from ..sweep import sweep
 from ..theory import ahn
-from ..runtime.xla_cpu import after
-from .report import Check, PaperResult, fmt, lap_timer, learned_check, mc_check, premise, save_dataset, save_paper_figure
+from .report import (
+    Check,
+    PaperResult,
+    fmt,
+    lap_timer,
+    learned_check,
+    mc_check,
+    premise,
+    save_dataset,
+    save_paper_figure,
+)
 from .settings import Sized
 
 NAME = "ahn2023"
@@ -66,19 +76,35 @@ class Config(Sized):
 
     def largest_arrays(self) -> dict[str, int]:
         e = self.d + 1
-        return {"the training prompts through the layers, every seed (float64)":
-                8 * self.seeds * self.train_batch * (self.n + 1) * e * self.n_layers,
-                "the test prompts (float64)": 8 * self.test_batch * (self.n + 1) * e,
-                "the training prompts of one point of the depth/context sweep, through its layers (float64)":
-                8 * self.sweep_train_batch * (max(self.n, *self.contexts) + 1) * e * max(self.n_layers, *self.depths)}
+        return {
+            "the training prompts through the layers, every seed (float64)": 8
+            * self.seeds
+            * self.train_batch
+            * (self.n + 1)
+            * e
+            * self.n_layers,
+            "the test prompts (float64)": 8 * self.test_batch * (self.n + 1) * e,
+            "the training prompts of one point of the depth/context sweep, through its layers (float64)": 8
+            * self.sweep_train_batch
+            * (max(self.n, *self.contexts) + 1)
+            * e
+            * max(self.n_layers, *self.depths),
+        }
 
     def contradictions(self) -> list[str]:
-        out = [] if len(self.scales) == self.d else [
-            f"scales has {len(self.scales)} entries but d = {self.d}: they are Σ's spectrum D (Σ = UᵀD²U), one per "
-            "dimension"]
+        out = (
+            []
+            if len(self.scales) == self.d
+            else [
+                f"scales has {len(self.scales)} entries but d = {self.d}: they are Σ's spectrum D (Σ = UᵀD²U), one per "
+                "dimension"
+            ]
+        )
         if self.n_layers < 2:
-            out.append(f"n_layers = {self.n_layers}: Figs. 3–4 (Thm 5) read B_i for i < L − 1 and ‖A_i‖ across "
-                       "layers, which need two layers or more")
+            out.append(
+                f"n_layers = {self.n_layers}: Figs. 3–4 (Thm 5) read B_i for i < L − 1 and ‖A_i‖ across "
+                "layers, which need two layers or more"
+            )
         return out
 
 
@@ -116,17 +142,29 @@ SETTINGS_DOCS = {
 SIZES = {
     "quick": Config(seeds=3),  # three seeds trained together: the training rows are asserted for each
     "full": Config(
-        seeds=5, train_batch=20_000, test_batch=200_000, lm_steps=40, lm_steps_thm5=100, lbfgs_steps=600, adam_steps=5000,
-        family_mc=1_000_000, mc_batch=2_000_000, thm3_d=4, thm3_base=2048,
+        seeds=5,
+        train_batch=20_000,
+        test_batch=200_000,
+        lm_steps=40,
+        lm_steps_thm5=100,
+        lbfgs_steps=600,
+        adam_steps=5000,
+        family_mc=1_000_000,
+        mc_batch=2_000_000,
+        thm3_d=4,
+        thm3_base=2048,
         contexts=(2, 4, 6, 8, 10, 12, 14, 16, 18, 20),
-        sweep_train_batch=20_000, sweep_test_batch=100_000, sweep_seeds=5,
+        sweep_train_batch=20_000,
+        sweep_test_batch=100_000,
+        sweep_seeds=5,
     ),
 }
 
 
 # --- set-up of §5.3 / §6.1 ------------------------------------------------------------------------
-def seed_problem(key, cfg: Config, n: int, parametrization: str = "preconditioner", n_layers=None,
-                 train_batch=None, test_batch=None):
+def seed_problem(
+    key, cfg: Config, n: int, parametrization: str = "preconditioner", n_layers=None, train_batch=None, test_batch=None
+):
     """One seed: Σ = UᵀD²U with a fresh U, w ~ N(0, Σ⁻¹), a fixed training set and a test set (both
     as Gram statistics), and a Gaussian initialization. Returns (Σ, train, test, model)."""
     k_cov, k_train, k_test, k_init = jax.random.split(key, 4)
@@ -153,12 +191,18 @@ def fit(model, train: GramBatch, method: str, n_steps: int, cfg: Config, record=
     """Train on a fixed training set with one of ``OPTIMIZERS``."""
     if method == "levenberg_marquardt":
         return dynamics.levenberg_marquardt(
-            lambda m: losses.sample_residuals(m, train), model, n_steps, record=record,
-            jacobian_fn=lambda m: losses.sample_residuals_and_jacobian(m, train))
+            lambda m: losses.sample_residuals(m, train),
+            model,
+            n_steps,
+            record=record,
+            jacobian_fn=lambda m: losses.sample_residuals_and_jacobian(m, train),
+        )
     if method == "lbfgs":
         return dynamics.lbfgs(lambda m: losses.sample_loss(m, train), model, n_steps, record=record)
     if method == "adam":
-        return dynamics.optax_fit(lambda m: losses.sample_loss(m, train), model, optax.adam(cfg.adam_lr), n_steps, record=record)
+        return dynamics.optax_fit(
+            lambda m: losses.sample_loss(m, train), model, optax.adam(cfg.adam_lr), n_steps, record=record
+        )
     raise ValueError(f"unknown optimizer {method!r}; choose from {OPTIMIZERS}.")
 
 
@@ -202,7 +246,11 @@ def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=
         train, model = after((train, model), test)  # the fits' LU solves after the test set's triangular solve
 
         def fit_from(k):
-            m = model if restarts == 1 else LinearTransformer.init(k, cfg.d, cfg.n_layers, parametrization, scale=cfg.init_scale)
+            m = (
+                model
+                if restarts == 1
+                else LinearTransformer.init(k, cfg.d, cfg.n_layers, parametrization, scale=cfg.init_scale)
+            )
             return fit(m, train, method, n_steps, cfg, record=lambda m: m.params)
 
         runs = jax.vmap(fit_from)(jax.random.split(jax.random.fold_in(key, 99), restarts))
@@ -214,8 +262,16 @@ def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=
         test_loss = jax.lax.map(lambda m: losses.sample_loss(m, test), sub)
         final_test = losses.sample_loss(res.params, test)
         ref = losses.sample_loss(family_model(Sigma, a_star), test) if a_star is not None else jnp.nan
-        return dict(Sigma=Sigma, losses=res.losses, test_loss=test_loss, final_test=final_test, ref_test=ref,
-                    median_test=_median_test(res.params, test), final=res.params, **dist)
+        return dict(
+            Sigma=Sigma,
+            losses=res.losses,
+            test_loss=test_loss,
+            final_test=final_test,
+            ref_test=ref,
+            median_test=_median_test(res.params, test),
+            final=res.params,
+            **dist,
+        )
 
     return one
 
@@ -236,8 +292,15 @@ def check_thm1(cfg: Config, key) -> list[Check]:
     opt = ahn.thm1_model(Sigma, n)
     lmin = float(ahn.thm1_min_loss(Sigma, n))
     l_opt = float(losses.population_loss(opt, task))
-    checks = [Check("Thm 1: loss at (8) = ½(trΣ − trΣ²Γ⁻¹)", fmt(lmin, 10), fmt(l_opt, 10), "rel 1e-12",
-                    abs(l_opt - lmin) <= 1e-12 * abs(lmin))]
+    checks = [
+        Check(
+            "Thm 1: loss at (8) = ½(trΣ − trΣ²Γ⁻¹)",
+            fmt(lmin, 10),
+            fmt(l_opt, 10),
+            "rel 1e-12",
+            abs(l_opt - lmin) <= 1e-12 * abs(lmin),
+        )
+    ]
     k1, k2, k3 = jax.random.split(jax.random.fold_in(key, 1), 3)
     rand = LinearTransformer.init(k1, d, 1, "full", scale=0.3)
     noisy = tasks.LinearRegression(d, n, tasks.FixedCovariance(Sigma), noise_std=0.5)
@@ -247,8 +310,9 @@ def check_thm1(cfg: Config, key) -> list[Check]:
     init = LinearTransformer.init(k3, d, 1, "single_layer", scale=0.5)
     # the library's default step-size tolerances (rtol 1e-8, atol 1e-10): Thm 1 is about where the flow ends, which a
     # stiff solver reaches from any accurate-enough path; 1e-10 took 6,869 steps to the same end point, 1e-8 2,546
-    sol = dynamics.gradient_flow(lambda m: losses.population_loss(m, task), init, t1=1e5, solver="kvaerno5",
-                                 steady_state_tol=1e-11)
+    sol = dynamics.gradient_flow(
+        lambda m: losses.population_loss(m, task), init, t1=1e5, solver="kvaerno5", steady_state_tol=1e-11
+    )
     gap = float(losses.population_loss(sol.final, task)) - lmin
     b, A = np.asarray(sol.final.params.b), np.asarray(sol.final.params.A)  # on the host: no program per slice
     gam = float(b[d])
@@ -256,26 +320,50 @@ def check_thm1(cfg: Config, key) -> list[Check]:
     err = float(np.abs(gam * A[:d] - target).max() / np.abs(target).max())
     side = max(float(np.abs(b[:d]).max()) * abs(1 / gam), float(np.abs(A[d]).max()) * abs(gam))
     checks += [
-        Check("Thm 1: gradient flow from random init → min loss", fmt(lmin, 10), f"gap {gap:.1e}", "gap ≤ 1e-8",
-              -1e-12 <= gap <= 1e-8),
-        Check("Thm 1: γ·A → −Γ⁻¹ (γ = b_{d+1}), b_x → 0, a_y → 0", "0", f"{err:.1e}, {side:.1e}", "rel 1e-4",
-              err <= 1e-4 and side <= 1e-4),
+        Check(
+            "Thm 1: gradient flow from random init → min loss",
+            fmt(lmin, 10),
+            f"gap {gap:.1e}",
+            "gap ≤ 1e-8",
+            -1e-12 <= gap <= 1e-8,
+        ),
+        Check(
+            "Thm 1: γ·A → −Γ⁻¹ (γ = b_{d+1}), b_x → 0, a_y → 0",
+            "0",
+            f"{err:.1e}, {side:.1e}",
+            "rel 1e-4",
+            err <= 1e-4 and side <= 1e-4,
+        ),
     ]
     return checks
 
 
 def check_lemma2(cfg: Config, key) -> list[Check]:
     d, n, L = cfg.d, cfg.n, 4
-    task = tasks.LinearRegression(d, n, tasks.RandomRotationCovariance(jnp.asarray(cfg.scales, jnp.float64)).sample(key),
-                                  noise_std=0.1)
+    task = tasks.LinearRegression(
+        d, n, tasks.RandomRotationCovariance(jnp.asarray(cfg.scales, jnp.float64)).sample(key), noise_std=0.1
+    )
     prompts = task.sample(jax.random.fold_in(key, 1), 256)
     A = 0.3 * jax.random.normal(jax.random.fold_in(key, 2), (L, d, d), jnp.float64)
     model = LinearTransformer.preconditioner(A)
-    gap = jax.jit(jax.vmap(lambda p: model.layer_predictions(p, attention="direct")
-                           - ahn.preconditioned_gd_iterates(p, model.params.matrices()) @ p.x_query))  # one program
+    gap = jax.jit(
+        jax.vmap(
+            lambda p: (
+                model.layer_predictions(p, attention="direct")
+                - ahn.preconditioned_gd_iterates(p, model.params.matrices()) @ p.x_query
+            )
+        )
+    )  # one program
     err = float(np.max(np.abs(np.asarray(gap(prompts)))))
-    return [Check("Lemma 2: layer-i prediction = ⟨x_q, w_i^gd⟩ of (11), 4 layers, 256 prompts", "0",
-                  f"{err:.1e}", "abs 1e-10", err <= 1e-10)]
+    return [
+        Check(
+            "Lemma 2: layer-i prediction = ⟨x_q, w_i^gd⟩ of (11), 4 layers, 256 prompts",
+            "0",
+            f"{err:.1e}",
+            "abs 1e-10",
+            err <= 1e-10,
+        )
+    ]
 
 
 def check_thm3(cfg: Config, key) -> tuple[list[Check], dict]:
@@ -292,15 +380,21 @@ def check_thm3(cfg: Config, key) -> tuple[list[Check], dict]:
     res_raw = jax.jit(lambda m: fit(m, raw, "levenberg_marquardt", 60, cfg))(model)
     off_raw = np.asarray(ahn.off_diagonal_mass(res_raw.params.params.matrices()))
     checks = [
-        Check(f"Thm 3: trained A_0, A_1 diagonal (d = {d}, sign-symmetrised set of {prompts.x.shape[0]})",
-              "0", fmt(off, 2), "off-diagonal mass ≤ 1e-6", bool(np.all(off <= 1e-6))),
+        Check(
+            f"Thm 3: trained A_0, A_1 diagonal (d = {d}, sign-symmetrised set of {prompts.x.shape[0]})",
+            "0",
+            fmt(off, 2),
+            "off-diagonal mass ≤ 1e-6",
+            bool(np.all(off <= 1e-6)),
+        ),
         Check("Thm 3, plain (unsymmetrised) training set of the same size", "O(B^{-1/2})", fmt(off_raw, 2), "—", None),
     ]
     return checks, {"A": np.asarray(A), "diag": np.asarray(jnp.diagonal(A, axis1=1, axis2=2))}
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        config: Config | None = None) -> PaperResult:
+def run(
+    size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False, config: Config | None = None
+) -> PaperResult:
     """Every figure and theorem check at ``size``, or at the settings ``config`` (e.g. ``dataclasses.replace(
     Config.quick(), depths=(1, 2, 8))``)."""
     cfg = config or SIZES[size]
@@ -363,7 +457,13 @@ def _training_sections(cfg: Config, key, out: Path, checks, figures, data, notes
     ds_fig1 = _fig_dataset(results, a_star, fam_loss)
     ds_fig3 = _fig_dataset({"levenberg_marquardt": (blk, _stride(cfg.lm_steps_thm5), 0.0)}, None, None)
     ds_thm3 = xr.Dataset({"A": (("layer", "i", "j"), thm3["A"])})
-    for nm, ds in (("fig1_thm4", ds_fig1), ("fig3_thm5", ds_fig3), ("thm3", ds_thm3), ("depth", ds_depth), ("context", ds_ctx)):
+    for nm, ds in (
+        ("fig1_thm4", ds_fig1),
+        ("fig3_thm5", ds_fig3),
+        ("thm3", ds_thm3),
+        ("depth", ds_depth),
+        ("context", ds_ctx),
+    ):
         save_dataset(ds, out / NAME / f"{nm}.nc")
         data.append(f"{NAME}/{nm}.nc")
     figures += _figures(out, results, blk, R, ds_depth, ds_ctx, fam_loss, cfg)
@@ -395,16 +495,37 @@ def thm4_checks(lm: dict, a_star, fam_loss: float, fam_se: float, cfg: Config) -
     blue, red = np.asarray(lm["blue"][:, -1]), np.asarray(lm["red"][:, -1])
     excess = np.asarray(lm["final_test"] / lm["ref_test"] - 1)
     return [
-        learned_check("Figs. 1–2", {"every seed": np.asarray(lm["final_test"]) / zero_loss(cfg)}, 0.5,
-                      trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})", where="on fresh prompts"),
-        Check("Thm 4 / Fig. 1: Dist(Σ^½A_iΣ^½, I) at the end, every layer and seed", f"→ 0 (≤ {cfg.dist_target})",
-              fmt(blue.max(axis=0), 3) + " (max over seeds)", f"≤ {cfg.dist_target}", bool(blue.max() <= cfg.dist_target), seeds=cfg.seeds),
-        Check("Fig. 1: Dist(A_i, I) stays large (not plain GD)", "≫ blue", fmt(red.min(axis=0), 3) + " (min over seeds)",
-              "red ≥ 3 × blue", bool(np.all(red >= 3 * blue)), seeds=cfg.seeds),
-        Check("Fig. 1(d): test loss → the Thm 4 point A_i = −a_i*Σ⁻¹", f"{fam_loss:.4g} ± {fam_se:.1g} (a* = {fmt(a_star, 3)})",
-              fmt(np.asarray(lm["final_test"]), 4) + f" (vs the point: {fmt(100 * excess, 2)} %)",
-              f"≤ {100 * cfg.excess_target:g} % above the point (same test prompts)",
-              bool(np.all(excess <= cfg.excess_target)), seeds=cfg.seeds),
+        learned_check(
+            "Figs. 1–2",
+            {"every seed": np.asarray(lm["final_test"]) / zero_loss(cfg)},
+            0.5,
+            trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})",
+            where="on fresh prompts",
+        ),
+        Check(
+            "Thm 4 / Fig. 1: Dist(Σ^½A_iΣ^½, I) at the end, every layer and seed",
+            f"→ 0 (≤ {cfg.dist_target})",
+            fmt(blue.max(axis=0), 3) + " (max over seeds)",
+            f"≤ {cfg.dist_target}",
+            bool(blue.max() <= cfg.dist_target),
+            seeds=cfg.seeds,
+        ),
+        Check(
+            "Fig. 1: Dist(A_i, I) stays large (not plain GD)",
+            "≫ blue",
+            fmt(red.min(axis=0), 3) + " (min over seeds)",
+            "red ≥ 3 × blue",
+            bool(np.all(red >= 3 * blue)),
+            seeds=cfg.seeds,
+        ),
+        Check(
+            "Fig. 1(d): test loss → the Thm 4 point A_i = −a_i*Σ⁻¹",
+            f"{fam_loss:.4g} ± {fam_se:.1g} (a* = {fmt(a_star, 3)})",
+            fmt(np.asarray(lm["final_test"]), 4) + f" (vs the point: {fmt(100 * excess, 2)} %)",
+            f"≤ {100 * cfg.excess_target:g} % above the point (same test prompts)",
+            bool(np.all(excess <= cfg.excess_target)),
+            seeds=cfg.seeds,
+        ),
     ]
 
 
@@ -417,22 +538,52 @@ def thm5_checks(blk: dict, cfg: Config) -> list[Check]:
     normA = np.asarray(jnp.linalg.norm(A5, axis=(-2, -1)))
     increasing = bool(np.all(np.diff(normA, axis=1) > 0))
     return [
-        learned_check("Figs. 3–4", {"every seed": np.asarray(blk["median_test"]) / zero_loss(cfg)}, 0.5,
-                      trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})",
-                      where="on fresh prompts (median: rare ill-conditioned prompts dominate the mean, last row)"),
-        Check(f"Thm 5 / Fig. 3(a,b): Dist(B_i, I), i < L−1 (best training loss of {cfg.restarts_thm5} inits per seed)", "→ 0", fmt(dB.max(axis=0), 3) + " (max over seeds)",
-              f"≤ {cfg.dist_target_thm5}", bool(dB.max() <= cfg.dist_target_thm5), seeds=cfg.seeds),
-        Check("Thm 5 / Fig. 3(d–f): Dist(Σ^½A_iΣ^½, I)", "→ 0", fmt(blue5.max(axis=0), 3) + " (max over seeds)",
-              f"≤ {cfg.dist_target_thm5}", bool(blue5.max() <= cfg.dist_target_thm5), seeds=cfg.seeds),
-        Check("Fig. 4: ‖A_0‖ < ‖A_1‖ < ‖A_2‖", "increasing", fmt(normA.mean(axis=0), 3) + " (mean over seeds)",
-              "every seed", increasing, seeds=cfg.seeds),
-        Check(f"Fig. 3(c): training loss of (13) at n = {cfg.n_thm5} → 0", "→ 0",
-              fmt(np.asarray(blk["losses"][:, -1]), 3) + f" (from {fmt(np.asarray(blk['losses'][:, 0]), 3)})",
-              "≤ 1 % of the initial loss, every seed",
-              bool(np.all(np.asarray(blk["losses"][:, -1]) <= 0.01 * np.asarray(blk["losses"][:, 0]))), seeds=cfg.seeds),
-        Check("(13) on fresh prompts: median vs mean test loss", "—",
-              f"median {fmt(np.asarray(blk['median_test']), 3)}, mean {fmt(np.asarray(blk['final_test']), 3)}",
-              "heavy tail: rare ill-conditioned prompts", None),
+        learned_check(
+            "Figs. 3–4",
+            {"every seed": np.asarray(blk["median_test"]) / zero_loss(cfg)},
+            0.5,
+            trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})",
+            where="on fresh prompts (median: rare ill-conditioned prompts dominate the mean, last row)",
+        ),
+        Check(
+            f"Thm 5 / Fig. 3(a,b): Dist(B_i, I), i < L−1 (best training loss of {cfg.restarts_thm5} inits per seed)",
+            "→ 0",
+            fmt(dB.max(axis=0), 3) + " (max over seeds)",
+            f"≤ {cfg.dist_target_thm5}",
+            bool(dB.max() <= cfg.dist_target_thm5),
+            seeds=cfg.seeds,
+        ),
+        Check(
+            "Thm 5 / Fig. 3(d–f): Dist(Σ^½A_iΣ^½, I)",
+            "→ 0",
+            fmt(blue5.max(axis=0), 3) + " (max over seeds)",
+            f"≤ {cfg.dist_target_thm5}",
+            bool(blue5.max() <= cfg.dist_target_thm5),
+            seeds=cfg.seeds,
+        ),
+        Check(
+            "Fig. 4: ‖A_0‖ < ‖A_1‖ < ‖A_2‖",
+            "increasing",
+            fmt(normA.mean(axis=0), 3) + " (mean over seeds)",
+            "every seed",
+            increasing,
+            seeds=cfg.seeds,
+        ),
+        Check(
+            f"Fig. 3(c): training loss of (13) at n = {cfg.n_thm5} → 0",
+            "→ 0",
+            fmt(np.asarray(blk["losses"][:, -1]), 3) + f" (from {fmt(np.asarray(blk['losses'][:, 0]), 3)})",
+            "≤ 1 % of the initial loss, every seed",
+            bool(np.all(np.asarray(blk["losses"][:, -1]) <= 0.01 * np.asarray(blk["losses"][:, 0]))),
+            seeds=cfg.seeds,
+        ),
+        Check(
+            "(13) on fresh prompts: median vs mean test loss",
+            "—",
+            f"median {fmt(np.asarray(blk['median_test']), 3)}, mean {fmt(np.asarray(blk['final_test']), 3)}",
+            "heavy tail: rare ill-conditioned prompts",
+            None,
+        ),
     ]
 
 
@@ -440,9 +591,14 @@ def optimizer_check(opt_rows, cfg: Config) -> Check:
     """The second-order optimizer (Levenberg-Marquardt, ``opt_rows[0]``: (method, iterations to the Fig. 1 target or
     None, iterations run, seconds)) reaches the target."""
     method, k, _, _ = opt_rows[0]
-    return Check("second-order optimizer reaches the Fig. 1 target", "reached",
-                 f"{method}: " + (f"{k} iterations" if k is not None else "not reached"),
-                 f"test loss ≤ {1 + cfg.excess_target:g} × point, Dist ≤ {cfg.dist_target}", k is not None, seeds=cfg.seeds)
+    return Check(
+        "second-order optimizer reaches the Fig. 1 target",
+        "reached",
+        f"{method}: " + (f"{k} iterations" if k is not None else "not reached"),
+        f"test loss ≤ {1 + cfg.excess_target:g} × point, Dist ≤ {cfg.dist_target}",
+        k is not None,
+        seeds=cfg.seeds,
+    )
 
 
 def _iterations_to_target(res, stride: int, cfg: Config):
@@ -456,9 +612,13 @@ def _iterations_to_target(res, stride: int, cfg: Config):
 
 
 def _optimizer_table(rows, cfg: Config) -> str:
-    lines = [f"Optimizers on the Fig. 1 set-up ({cfg.seeds} seeds together, {cfg.train_batch} training prompts, "
-             "float32; wall times include compilation — see benchmarks/README.md for times after compilation):", "",
-             "| optimizer | iterations to target | iterations run | wall time of the run (s) |", "|---|---|---|---|"]
+    lines = [
+        f"Optimizers on the Fig. 1 set-up ({cfg.seeds} seeds together, {cfg.train_batch} training prompts, "
+        "float32; wall times include compilation — see benchmarks/README.md for times after compilation):",
+        "",
+        "| optimizer | iterations to target | iterations run | wall time of the run (s) |",
+        "|---|---|---|---|",
+    ]
     for method, k, n_steps, seconds in rows:
         lines.append(f"| {method} | {'not reached' if k is None else k} | {n_steps} | {seconds:.1f} |")
     return "\n".join(lines)
@@ -491,8 +651,13 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     Sinv = jnp.linalg.inv(Sigma)
     s_gd = ahn.best_gd_step(ptrain, depth, max_steps=max_depth)
     s_pgd = ahn.best_gd_step(ptrain, depth, Sinv, max_steps=max_depth)
-    return (jnp.mean(sq), jnp.std(sq) / jnp.sqrt(sq.shape[0]), ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
-            ahn.gd_loss(ptest, s_pgd, depth, Sinv, max_steps=max_depth), ahn.ols_loss(after(ptest, res)))
+    return (
+        jnp.mean(sq),
+        jnp.std(sq) / jnp.sqrt(sq.shape[0]),
+        ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
+        ahn.gd_loss(ptest, s_pgd, depth, Sinv, max_steps=max_depth),
+        ahn.ols_loss(after(ptest, res)),
+    )
 
 
 def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
@@ -517,17 +682,24 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
         out = jax.vmap(lambda k: _sweep_point(k, cfg, n_ctx, depth, n_max, max_depth))(keys)
         return dict(zip(names, out))
 
-    ds = sweep(run, {"case": np.arange(len(ns))}, output_dims={k: ("seed",) for k in names},
-               output_coords={"seed": np.arange(cfg.sweep_seeds)},
-               meta={"paper": NAME, "figure": "depth and context", "config": dataclasses.asdict(cfg)})
+    ds = sweep(
+        run,
+        {"case": np.arange(len(ns))},
+        output_dims={k: ("seed",) for k in names},
+        output_coords={"seed": np.arange(cfg.sweep_seeds)},
+        meta={"paper": NAME, "figure": "depth and context", "config": dataclasses.asdict(cfg)},
+    )
     nd = len(cfg.depths)
 
     def dataset(sl, dim, values, attrs):
-        return xr.Dataset({k: ((dim, "seed"), ds[k].values[sl]) for k in names}, coords={dim: np.asarray(values)},
-                          attrs=attrs)
+        return xr.Dataset(
+            {k: ((dim, "seed"), ds[k].values[sl]) for k in names}, coords={dim: np.asarray(values)}, attrs=attrs
+        )
 
-    return (dataset(slice(0, nd), "depth", cfg.depths, {"n": cfg.n}),
-            dataset(slice(nd, None), "n", cfg.contexts, {"layers": cfg.n_layers}))
+    return (
+        dataset(slice(0, nd), "depth", cfg.depths, {"n": cfg.n}),
+        dataset(slice(nd, None), "n", cfg.contexts, {"layers": cfg.n_layers}),
+    )
 
 
 # Σ⁻¹-preconditioned GD against plain GD on the anisotropic Σ (condition number 16): at most this ratio (quick: 0.14-0.87)
@@ -539,26 +711,53 @@ def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset, cfg: Config) -> list
     ratios |= {f"n = {n}": ds_ctx.transformer.sel(n=n).values / zero_loss(cfg) for n in ds_ctx.n.values}
     # at n < d no predictor built from the prompt gets far below the zero estimator (preconditioned GD with its best
     # step: 0.68 of it at n = 2, d = 5), hence a looser fraction than the figures' models trained at n = 20
-    checks = [learned_check("depth and context sweeps", ratios, 0.9,
-                            trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})", where="on fresh prompts")]
+    checks = [
+        learned_check(
+            "depth and context sweeps",
+            ratios,
+            0.9,
+            trivial=f"the zero estimator's (d/2 = {zero_loss(cfg):g})",
+            where="on fresh prompts",
+        )
+    ]
     for ds, dim in ((ds_depth, "depth"), (ds_ctx, "n")):
         tf = ds.transformer.mean("seed").values
         pgd = ds.preconditioned_gd.mean("seed").values
         gd = ds.gd.mean("seed").values
         se = np.sqrt((ds.transformer_se**2).mean("seed").values / ds.seed.size)
         ok = bool(np.all(tf <= pgd * 1.02 + 3 * se))
-        checks.append(Check(f"trained transformer ≤ Σ⁻¹-preconditioned GD, every {dim}",
-                            "TF ≤ PGD", f"TF {fmt(tf, 3)} vs PGD {fmt(pgd, 3)}", "2% + 3 s.e. (finite training set)", ok))
+        checks.append(
+            Check(
+                f"trained transformer ≤ Σ⁻¹-preconditioned GD, every {dim}",
+                "TF ≤ PGD",
+                f"TF {fmt(tf, 3)} vs PGD {fmt(pgd, 3)}",
+                "2% + 3 s.e. (finite training set)",
+                ok,
+            )
+        )
         # Σ has condition number 16 (cfg.scales): the preconditioner must show, by a margin a dropped or wrong
         # preconditioner (PGD = GD) does not meet
-        checks.append(Check(f"Σ⁻¹-preconditioned GD below plain GD (best steps), every {dim}", "PGD < GD",
-                            f"PGD ÷ GD {fmt(pgd / gd, 3)} (GD {fmt(gd, 3)})", f"≤ {PGD_MARGIN:g} at every {dim}",
-                            bool(np.all(pgd <= PGD_MARGIN * gd))))
+        checks.append(
+            Check(
+                f"Σ⁻¹-preconditioned GD below plain GD (best steps), every {dim}",
+                "PGD < GD",
+                f"PGD ÷ GD {fmt(pgd / gd, 3)} (GD {fmt(gd, 3)})",
+                f"≤ {PGD_MARGIN:g} at every {dim}",
+                bool(np.all(pgd <= PGD_MARGIN * gd)),
+            )
+        )
     tf_depth = ds_depth.transformer.mean("seed").values
     order = np.argsort(ds_depth.depth.values)
-    checks.append(Check("test loss decreases with depth", "decreasing", fmt(tf_depth, 3), "—",
-                        bool(np.all(np.diff(tf_depth[order]) < 0)),
-                        **premise(len(order) > 1, "one depth: a trend needs two or more")))
+    checks.append(
+        Check(
+            "test loss decreases with depth",
+            "decreasing",
+            fmt(tf_depth, 3),
+            "—",
+            bool(np.all(np.diff(tf_depth[order]) < 0)),
+            **premise(len(order) > 1, "one depth: a trend needs two or more"),
+        )
+    )
     return checks
 
 
@@ -592,12 +791,18 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     for i in range(L):
         for res, style, label in ((lm, "-", "LM"), (results["lbfgs"][0], ":", "L-BFGS")):
             it = np.arange(np.asarray(res["blue"]).shape[1])
-            axes[i].plot(it, np.asarray(res["blue"])[:, :, i].mean(0), style, color="tab:blue", label=f"Dist(Σ½AΣ½, I) {label}")
-            axes[i].plot(it, np.asarray(res["red"])[:, :, i].mean(0), style, color="tab:red", label=f"Dist(A, I) {label}")
+            axes[i].plot(
+                it, np.asarray(res["blue"])[:, :, i].mean(0), style, color="tab:blue", label=f"Dist(Σ½AΣ½, I) {label}"
+            )
+            axes[i].plot(
+                it, np.asarray(res["red"])[:, :, i].mean(0), style, color="tab:red", label=f"Dist(A, I) {label}"
+            )
         axes[i].set(xscale="log", xlabel="iteration", title=f"layer {i}", ylim=(0, 1))
     axes[0].legend(fontsize=7)
     for method, res in ((m, results[m][0]) for m in OPTIMIZERS):
-        axes[L].loglog(np.arange(1, np.asarray(res["losses"]).shape[1] + 1), np.asarray(res["losses"]).mean(0), label=method)
+        axes[L].loglog(
+            np.arange(1, np.asarray(res["losses"]).shape[1] + 1), np.asarray(res["losses"]).mean(0), label=method
+        )
     axes[L].axhline(fam_loss, color="k", ls="--", label="Thm 4 point (population)")
     axes[L].set(xlabel="iteration", ylabel="training loss", title="loss (mean over seeds)")
     axes[L].legend(fontsize=7)
@@ -633,19 +838,29 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     paths.append(save_paper_figure(fig, out, NAME, "fig3_thm5.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
-    for ax, ds, dim, label in ((axes[0], ds_depth, "depth", "layers / steps L"), (axes[1], ds_ctx, "n", "context length n")):
+    for ax, ds, dim, label in (
+        (axes[0], ds_depth, "depth", "layers / steps L"),
+        (axes[1], ds_ctx, "n", "context length n"),
+    ):
         x = ds[dim].values
-        for var, name in (("transformer", "trained transformer (9)"), ("preconditioned_gd", "Σ⁻¹-preconditioned GD"),
-                          ("gd", "GD (best step)"), ("ols", "OLS (noise-free: exact once n ≥ d, off the axis)")):
+        for var, name in (
+            ("transformer", "trained transformer (9)"),
+            ("preconditioned_gd", "Σ⁻¹-preconditioned GD"),
+            ("gd", "GD (best step)"),
+            ("ols", "OLS (noise-free: exact once n ≥ d, off the axis)"),
+        ):
             v = ds[var].values
             se = v.std(axis=1, ddof=1) / np.sqrt(v.shape[1]) if v.shape[1] > 1 else 0 * v[:, 0]
             ax.errorbar(x, v.mean(1), yerr=2 * se, marker="o", ms=3, capsize=2, label=name)
         iterative = np.concatenate([ds[v].values.ravel() for v in ("transformer", "preconditioned_gd", "gd")])
-        ax.set(yscale="log", xlabel=label, ylabel="test loss ½E(ŷ−y)² (±2 s.e. over seeds)",
-               ylim=(0.5 * iterative.min(), 2 * iterative.max()))
+        ax.set(
+            yscale="log",
+            xlabel=label,
+            ylabel="test loss ½E(ŷ−y)² (±2 s.e. over seeds)",
+            ylim=(0.5 * iterative.min(), 2 * iterative.max()),
+        )
         ax.legend(fontsize=7)
     axes[0].set_title(f"depth, n = {cfg.n}")
     axes[1].set_title(f"context, L = {cfg.n_layers}")
     paths.append(save_paper_figure(fig, out, NAME, "depth_context.png"))
     return paths
-

@@ -40,8 +40,20 @@ from .. import baselines, losses, models, tasks
 from ..dynamics import Curriculum, member, train
 from ..runtime.budget import TimeBudget, next_deadline, plan
 from .report import (
-    Check, PaperResult, PartResult, fmt, lap_timer, learned_check, least_complete, mark_partial, paper_claim,
-    partial_status, relative_margin, save_dataset, save_paper_figure)
+    Check,
+    PaperResult,
+    PartResult,
+    fmt,
+    lap_timer,
+    learned_check,
+    least_complete,
+    mark_partial,
+    paper_claim,
+    partial_status,
+    relative_margin,
+    save_dataset,
+    save_paper_figure,
+)
 from .settings import Sized, transformer_arrays
 
 NAME = "algoformer"
@@ -95,29 +107,38 @@ class Config(Sized):
     def largest_arrays(self) -> dict[str, int]:
         tokens = max(2 * self.N, 2 * self.ar_N, self.cot_N * (self.cot_depth + 1)) + 1
         loops = max(T for T, *_ in (self.loops, *self.fig3_loops, *self.fig5_loops))
-        return {**transformer_arrays("the looped transformers", self.batch, tokens, self.d_model, 1,
-                                     4 * self.d_model, passes=loops),
-                **transformer_arrays("the standard transformers", self.batch, tokens, self.d_model,
-                                     self.std_layers, 4 * self.d_model),
-                "the test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2}
+        return {
+            **transformer_arrays(
+                "the looped transformers", self.batch, tokens, self.d_model, 1, 4 * self.d_model, passes=loops
+            ),
+            **transformer_arrays(
+                "the standard transformers", self.batch, tokens, self.d_model, self.std_layers, 4 * self.d_model
+            ),
+            "the test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2,
+        }
 
     def contradictions(self) -> list[str]:
         out = []
         for key, pairs in (("loops", (self.loops,)), ("fig3_loops", self.fig3_loops), ("fig5_loops", self.fig5_loops)):
             for pair in pairs:
                 if len(pair) != 2 or not 0 <= pair[1] <= pair[0]:
-                    out.append(f"{key}: {list(pair)} is not a (T, ΔT) with 0 ≤ ΔT ≤ T (eq. 6 averages the loops "
-                               "max(T − ΔT, 1) … T)")
+                    out.append(
+                        f"{key}: {list(pair)} is not a (T, ΔT) with 0 ≤ ΔT ≤ T (eq. 6 averages the loops "
+                        "max(T − ΔT, 1) … T)"
+                    )
         if max(T for T, *_ in self.fig5_loops) > self.iterations:
-            out.append(f"iterations = {self.iterations} is below a trained T of fig5_loops: Fig. 5 reads each model at "
-                       "its T")
+            out.append(
+                f"iterations = {self.iterations} is below a trained T of fig5_loops: Fig. 5 reads each model at its T"
+            )
         if max(T for T, *_ in self.fig3_loops) > self.eval_loops:
             out.append(f"eval_loops = {self.eval_loops} is below a trained T of fig3_loops: Fig. 3 evaluates past T")
         if self.d_model % self.n_heads:
             out.append(f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}")
         if self.ar_N < self.ar_q + 2:
-            out.append(f"ar_N = {self.ar_N} is below ar_q + 2 = {self.ar_q + 2}: an AR(q) prompt holds q starting steps "
-                       "and at least two to predict")
+            out.append(
+                f"ar_N = {self.ar_N} is below ar_q + 2 = {self.ar_q + 2}: an AR(q) prompt holds q starting steps "
+                "and at least two to predict"
+            )
         unknown = [p for p in self.parts if p not in PARTS]
         if unknown or not self.parts or len(set(self.parts)) != len(self.parts):
             out.append(f"parts {list(self.parts)}: each at most once, of {list(PARTS)}")
@@ -147,15 +168,61 @@ SETTINGS_DOCS = {
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
 # 0.928-0.988 at 2,000); the reported orderings are those of 2,000 steps (benchmarks/README.md)
 SIZES = {
-    "quick": Config(d=5, N=10, phi_width=16, ar_d=3, ar_q=3, ar_N=16, cot_d=4, cot_depth=3, cot_N=5, d_model=32,
-                    n_heads=4, std_layers=4, loops=(8, 6), fig3_loops=((8, 6), (8, 1), (4, 3)), eval_loops=40,
-                    sigmas=(0.0, 0.1, 1.0), fig5_loops=((8, 6), (4, 4)), iterations=40, steps=1500, batch=32, lr=1e-3,
-                    test_prompts=512, chunk=250, fig5_steps=2500, fig5_curriculum_every=200),
-    "full": Config(d=20, N=40, phi_width=64, ar_d=20, ar_q=3, ar_N=40, cot_d=20, cot_depth=6, cot_N=12,
-                   d_model=256, n_heads=8, std_layers=12, loops=(20, 15), fig3_loops=((20, 15), (20, 5), (10, 10)),
-                   eval_loops=100, sigmas=(0.0, 0.1, 1.0), fig5_loops=((20, 15), (10, 10)), iterations=100, steps=500_000, batch=64, lr=1e-4,
-                   test_prompts=1280, chunk=1000, compute_dtype="bfloat16", fig5_steps=500_000,
-                   fig5_curriculum_every=2000),
+    "quick": Config(
+        d=5,
+        N=10,
+        phi_width=16,
+        ar_d=3,
+        ar_q=3,
+        ar_N=16,
+        cot_d=4,
+        cot_depth=3,
+        cot_N=5,
+        d_model=32,
+        n_heads=4,
+        std_layers=4,
+        loops=(8, 6),
+        fig3_loops=((8, 6), (8, 1), (4, 3)),
+        eval_loops=40,
+        sigmas=(0.0, 0.1, 1.0),
+        fig5_loops=((8, 6), (4, 4)),
+        iterations=40,
+        steps=1500,
+        batch=32,
+        lr=1e-3,
+        test_prompts=512,
+        chunk=250,
+        fig5_steps=2500,
+        fig5_curriculum_every=200,
+    ),
+    "full": Config(
+        d=20,
+        N=40,
+        phi_width=64,
+        ar_d=20,
+        ar_q=3,
+        ar_N=40,
+        cot_d=20,
+        cot_depth=6,
+        cot_N=12,
+        d_model=256,
+        n_heads=8,
+        std_layers=12,
+        loops=(20, 15),
+        fig3_loops=((20, 15), (20, 5), (10, 10)),
+        eval_loops=100,
+        sigmas=(0.0, 0.1, 1.0),
+        fig5_loops=((20, 15), (10, 10)),
+        iterations=100,
+        steps=500_000,
+        batch=64,
+        lr=1e-4,
+        test_prompts=1280,
+        chunk=1000,
+        compute_dtype="bfloat16",
+        fig5_steps=500_000,
+        fig5_curriculum_every=2000,
+    ),
 }
 
 
@@ -165,8 +232,9 @@ def fig2_tasks(cfg: Config, key) -> dict:
     h = cfg.phi_width
     return {
         "regression": tasks.RepresentationRegression(cfg.d, cfg.N, tasks.LeakyReluMLP(k1, [cfg.d, h, h, cfg.d])),
-        "ar": tasks.ARRepresentation(cfg.ar_d, cfg.ar_q, cfg.ar_N,
-                                     tasks.LeakyReluMLP(k2, [cfg.ar_q * cfg.ar_d, h, h, cfg.ar_d])),
+        "ar": tasks.ARRepresentation(
+            cfg.ar_d, cfg.ar_q, cfg.ar_N, tasks.LeakyReluMLP(k2, [cfg.ar_q * cfg.ar_d, h, h, cfg.ar_d])
+        ),
         "cot": tasks.CoTMLP(cfg.cot_d, cfg.cot_depth, cfg.cot_N),
     }
 
@@ -195,17 +263,39 @@ def build_model(kind: str, cfg: Config, task, key):
     raise ValueError(f"unknown model {kind!r}; one of {MODELS}.")
 
 
-def _fit(model, loss, cfg: Config, key, ckpt: Path, label: str, progress: bool, budget: TimeBudget | None = None,
-         runs: list | None = None, member_data=None):
+def _fit(
+    model,
+    loss,
+    cfg: Config,
+    key,
+    ckpt: Path,
+    label: str,
+    progress: bool,
+    budget: TimeBudget | None = None,
+    runs: list | None = None,
+    member_data=None,
+):
     """AdamW (lr cfg.lr) for cfg.steps steps with a checkpoint, within the next share of ``budget``; returns (model,
     losses, steps/s) and appends the training result to ``runs``. With ``member_data``, ``model`` is an ensemble and
     ``key`` one key per member (``train(ensemble=True)``)."""
     if progress:
         print(f"  training {label}", flush=True)
-    res = train(loss, model, cfg.steps, key, optimizer=optax.adamw(cfg.lr), chunk_size=cfg.chunk, checkpoint=ckpt,
-                config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(cfg).items()}}, progress=progress,
-                label=label, deadline=next_deadline(budget), compute_dtype=cfg.compute_dtype and jnp.dtype(cfg.compute_dtype),
-                ensemble=member_data is not None, member_data=member_data)
+    res = train(
+        loss,
+        model,
+        cfg.steps,
+        key,
+        optimizer=optax.adamw(cfg.lr),
+        chunk_size=cfg.chunk,
+        checkpoint=ckpt,
+        config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(cfg).items()}},
+        progress=progress,
+        label=label,
+        deadline=next_deadline(budget),
+        compute_dtype=cfg.compute_dtype and jnp.dtype(cfg.compute_dtype),
+        ensemble=member_data is not None,
+        member_data=member_data,
+    )
     if runs is not None:
         runs.append(res)
     return res.model, res.losses, res.steps_per_second
@@ -231,8 +321,14 @@ def _zero_error(prompts):
     return np.asarray(jnp.mean(err[:, scored], 0))
 
 
-def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None,
-         only: tuple | None = None) -> tuple[xr.Dataset, dict, dict]:
+def fig2(
+    cfg: Config,
+    key,
+    ckpt_dir: Path,
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    only: tuple | None = None,
+) -> tuple[xr.Dataset, dict, dict]:
     """Every model on every task of `fig2_tasks` (or on those named in ``only``; each task's models and test
     prompts are the same either way): (the curves, the tasks, each (task, model kind)'s training result)."""
     ts = fig2_tasks(cfg, jax.random.fold_in(key, 0))
@@ -248,18 +344,29 @@ def fig2(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
             loops = None if kind == "standard" else tuple(cfg.loops)
             dn = _task_size(cfg, tname)
             loss = lambda m, k, s, task=task, loops=loops, dn=dn: losses.sequence_loss(  # noqa: E731
-                m, training_prompts(task, cfg, k, s, *dn), loops)
+                m, training_prompts(task, cfg, k, s, *dn), loops
+            )
             model = build_model(kind, cfg, task, jax.random.fold_in(key, 10 * ti + mi))
-            model, curve, sps = _fit(model, loss, cfg, jax.random.fold_in(key, 1000 + 10 * ti + mi),
-                                     ckpt_dir / f"fig2_{tname}_{kind}.ckpt", f"fig2 {tname} {kind}", progress, budget, runs)
+            model, curve, sps = _fit(
+                model,
+                loss,
+                cfg,
+                jax.random.fold_in(key, 1000 + 10 * ti + mi),
+                ckpt_dir / f"fig2_{tname}_{kind}.ckpt",
+                f"fig2 {tname} {kind}",
+                progress,
+                budget,
+                runs,
+            )
             trained[tname, kind] = runs[-1]
             curves[kind] = np.asarray(losses.prefix_curve(model, test, None if loops is None else loops[0]))
             speed[f"{tname}_{kind}"] = sps
         n = len(curves["zero"])
         for name, c in curves.items():
             data[f"{tname}_{name}"] = (("example_" + tname,), c[:n])
-    ds = xr.Dataset(data, coords={f"example_{t}": np.arange(1, len(data[f"{t}_zero"][1]) + 1) for t in ts
-                                  if f"{t}_zero" in data})
+    ds = xr.Dataset(
+        data, coords={f"example_{t}": np.arange(1, len(data[f"{t}_zero"][1]) + 1) for t in ts if f"{t}_zero" in data}
+    )
     ds.attrs.update({f"steps_per_second_{k}": v for k, v in speed.items()})
     ds.attrs["status"] = partial_status(runs) or "complete"
     return ds, ts, trained
@@ -283,14 +390,16 @@ def _last_query_error_per_loop(model, test, max_loops: int):
     """Mean squared error at the last query (position −2: the last x token) after 1…max_loops loops, from one pass
     of the loops; 128 prompts at a time (the hidden states of every loop are kept: about 1 GiB per 128 prompts at
     the paper's size)."""
+
     def one(p):
         return losses.position_errors_per_loop(model, jax.tree_util.tree_map(lambda a: a[None], p), max_loops)[0, :, -2]
 
     return jnp.mean(jax.lax.map(one, test, batch_size=128), axis=0)
 
 
-def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool = False,
-         budget: TimeBudget | None = None) -> xr.Dataset:
+def fig3(
+    cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool = False, budget: TimeBudget | None = None
+) -> xr.Dataset:
     """AlgoFormers trained with each (T, ΔT) of cfg.fig3_loops on Fig. 2's regression-with-representation task
     (``task``), evaluated at 1…cfg.eval_loops loops. The setting Fig. 2 trained (cfg.loops) is Fig. 2's model
     (``trained``: `fig2`'s results); each other one trains alone, so its loss computes only the loop
@@ -304,10 +413,20 @@ def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool =
             model, sps = res.model, res.steps_per_second
         else:
             loss = lambda m, k, s, loops=(T, dT): losses.sequence_loss(  # noqa: E731
-                m, training_prompts(task, cfg, k, s, cfg.d, cfg.N), loops)
+                m, training_prompts(task, cfg, k, s, cfg.d, cfg.N), loops
+            )
             model = build_model("algoformer", cfg, task, jax.random.fold_in(key, 10 + i))
-            model, _, sps = _fit(model, loss, cfg, jax.random.fold_in(key, 20 + i), ckpt_dir / f"fig3_T{T}_dT{dT}.ckpt",
-                                 f"fig3 (T, ΔT) = ({T}, {dT})", progress, budget, runs)
+            model, _, sps = _fit(
+                model,
+                loss,
+                cfg,
+                jax.random.fold_in(key, 20 + i),
+                ckpt_dir / f"fig3_T{T}_dT{dT}.ckpt",
+                f"fig3 (T, ΔT) = ({T}, {dT})",
+                progress,
+                budget,
+                runs,
+            )
         members.append(model)
         speed[f"steps_per_second_T{T}_dT{dT}"] = sps
     test = task.prompts(jax.random.fold_in(key, 100), cfg.test_prompts)
@@ -315,10 +434,15 @@ def fig3(cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool =
     loops = np.arange(1, cfg.eval_loops + 1)
     err = np.stack([np.asarray(_last_query_error_per_loop(m, test, cfg.eval_loops)) for m in members])
     zero = float(_zero_error(test)[-1])
-    return xr.Dataset({"error": (("setting", "loops"), err)},
-                      coords={"setting": [f"(T, ΔT) = ({T}, {dT})" for T, dT in cfg.fig3_loops],
-                              "T": ("setting", [T for T, _ in cfg.fig3_loops]), "loops": loops},
-                      attrs={"zero_estimator": zero, **speed, "status": partial_status(runs) or "complete"})
+    return xr.Dataset(
+        {"error": (("setting", "loops"), err)},
+        coords={
+            "setting": [f"(T, ΔT) = ({T}, {dT})" for T, dT in cfg.fig3_loops],
+            "T": ("setting", [T for T, _ in cfg.fig3_loops]),
+            "loops": loops,
+        },
+        attrs={"zero_estimator": zero, **speed, "status": partial_status(runs) or "complete"},
+    )
 
 
 def fig5_config(cfg: Config) -> Config:
@@ -333,18 +457,29 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
     loop count."""
     base = tasks.RepresentationRegression(cfg.d, cfg.N)
     sig_tasks = eqx.filter_vmap(lambda s: tasks.RepresentationRegression(cfg.d, cfg.N, noise_std=s))(
-        jnp.asarray(cfg.sigmas))
+        jnp.asarray(cfg.sigmas)
+    )
     runs, trained, speed = [], [], {}
     for j, (T, dT) in enumerate(cfg.fig5_loops):
         keys = jax.random.split(jax.random.fold_in(key, 5 + 10 * j), len(cfg.sigmas))
         members = eqx.filter_vmap(lambda k: build_model("algoformer", cfg, base, k))(keys)
         loss_one = lambda m, t, k, s, loops=(T, dT): losses.sequence_loss(  # noqa: E731
-            m, training_prompts(t, fig5_config(cfg), k, s, cfg.d, cfg.N), loops)
+            m, training_prompts(t, fig5_config(cfg), k, s, cfg.d, cfg.N), loops
+        )
         # the first setting keeps the checkpoint name it had when Fig. 5 trained one setting
         name = "fig5_algoformer.ckpt" if j == 0 else f"fig5_T{T}_dT{dT}.ckpt"
-        members, _, sps = _ensemble_fit(members, loss_one, sig_tasks, fig5_config(cfg),
-                                        jax.random.fold_in(key, 6 + 10 * j), ckpt_dir / name,
-                                        f"fig5 (T, ΔT) = ({T}, {dT}) σ ensemble", progress, budget, runs)
+        members, _, sps = _ensemble_fit(
+            members,
+            loss_one,
+            sig_tasks,
+            fig5_config(cfg),
+            jax.random.fold_in(key, 6 + 10 * j),
+            ckpt_dir / name,
+            f"fig5 (T, ΔT) = ({T}, {dT}) σ ensemble",
+            progress,
+            budget,
+            runs,
+        )
         trained.append(members)
         speed[f"steps_per_second_T{T}_dT{dT}"] = sps
     its = np.arange(1, cfg.iterations + 1)
@@ -364,12 +499,19 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
             algo[j, i] = np.asarray(_last_query_error_per_loop(member(members, i), test, cfg.iterations))
         zero[i] = float(jnp.mean(jnp.sum(target**2, -1)))
     settings = [f"(T, ΔT) = ({T}, {dT})" for T, dT in cfg.fig5_loops]
-    return xr.Dataset({"algoformer": (("setting", "sigma", "iteration"), algo)}
-                      | {k: (("sigma", "iteration"), v) for k, v in out.items()} | {"zero": (("sigma",), zero)},
-                      coords={"setting": settings, "T": ("setting", [T for T, _ in cfg.fig5_loops]),
-                              "first_loop": ("setting", [losses.first_weighted_loop(T, dT) for T, dT in cfg.fig5_loops]),
-                              "sigma": list(cfg.sigmas), "iteration": its},
-                      attrs={**speed, "status": partial_status(runs) or "complete"})
+    return xr.Dataset(
+        {"algoformer": (("setting", "sigma", "iteration"), algo)}
+        | {k: (("sigma", "iteration"), v) for k, v in out.items()}
+        | {"zero": (("sigma",), zero)},
+        coords={
+            "setting": settings,
+            "T": ("setting", [T for T, _ in cfg.fig5_loops]),
+            "first_loop": ("setting", [losses.first_weighted_loop(T, dT) for T, dT in cfg.fig5_loops]),
+            "sigma": list(cfg.sigmas),
+            "iteration": its,
+        },
+        attrs={**speed, "status": partial_status(runs) or "complete"},
+    )
 
 
 def trained_as_paper(cfg: Config) -> bool:
@@ -384,20 +526,36 @@ def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
     checks = []
     for t in task_names:
         zero = ds2[f"{t}_zero"].values
-        checks.append(learned_check(f"Fig. 2 ({t})", {m: ds2[f"{t}_{m}"].values[-1] / zero[-1] for m in MODELS},
-                                    LEARNED_FRACTION))
+        checks.append(
+            learned_check(f"Fig. 2 ({t})", {m: ds2[f"{t}_{m}"].values[-1] / zero[-1] for m in MODELS}, LEARNED_FRACTION)
+        )
         rel = {m: ds2[f"{t}_{m}"].values / zero for m in MODELS}  # error ÷ the zero estimator's, per position
-        checks.append(Check(
-            f"Fig. 2 ({t}): the error decreases with the number of in-context examples (error ÷ zero estimator's, "
-            "first vs last example)", "last < first", ", ".join(f"{m} {fmt(r[0], 3)} → {fmt(r[-1], 3)}"
-                                                                for m, r in rel.items()), "strict",
-            bool(all(r[-1] < r[0] for r in rel.values())), seeds=3))
+        checks.append(
+            Check(
+                f"Fig. 2 ({t}): the error decreases with the number of in-context examples (error ÷ zero estimator's, "
+                "first vs last example)",
+                "last < first",
+                ", ".join(f"{m} {fmt(r[0], 3)} → {fmt(r[-1], 3)}" for m, r in rel.items()),
+                "strict",
+                bool(all(r[-1] < r[0] for r in rel.values())),
+                seeds=3,
+            )
+        )
         mean = {m: float(np.mean(ds2[f"{t}_{m}"].values / zero)) for m in MODELS}
-        checks.append(paper_claim(
-            f"Fig. 2 ({t}): AlgoFormer below the standard and the looped transformer (error ÷ zero estimator's, "
-            "mean over examples)", "algoformer < standard, looped", ", ".join(f"{m} {fmt(v, 3)}" for m, v in mean.items()),
-            "strict", mean["algoformer"] < min(mean["standard"], mean["looped"]), asserted, why,
-            margin=relative_margin(mean["algoformer"], min(mean["standard"], mean["looped"])), asserted_at="--full"))
+        checks.append(
+            paper_claim(
+                f"Fig. 2 ({t}): AlgoFormer below the standard and the looped transformer (error ÷ zero estimator's, "
+                "mean over examples)",
+                "algoformer < standard, looped",
+                ", ".join(f"{m} {fmt(v, 3)}" for m, v in mean.items()),
+                "strict",
+                mean["algoformer"] < min(mean["standard"], mean["looped"]),
+                asserted,
+                why,
+                margin=relative_margin(mean["algoformer"], min(mean["standard"], mean["looped"])),
+                asserted_at="--full",
+            )
+        )
     return checks
 
 
@@ -422,13 +580,30 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
     if ds3 is not None:
         T = ds3["T"].values
         at_T = ds3.error.values[np.arange(len(T)), T - 1] / ds3.attrs["zero_estimator"]
-        checks.append(learned_check("Fig. 3", dict(zip(ds3.setting.values.tolist(), at_T)), LEARNED_FRACTION,
-                                    where="at the last example after T loops"))
+        checks.append(
+            learned_check(
+                "Fig. 3",
+                dict(zip(ds3.setting.values.tolist(), at_T)),
+                LEARNED_FRACTION,
+                where="at the last example after T loops",
+            )
+        )
         checks.append(_fig3_check(cfg, ds3))
     if ds5 is not None:
         checks += _fig5_checks(cfg, ds5)
-    return checks + [Check(f"{PART_CLAIMS[p]}: every claim", "—", "not run", "—", None, applicable=False,
-                           reason=f"the part {p!r} is not in this run's `parts`") for p in PARTS if p not in cfg.parts]
+    return checks + [
+        Check(
+            f"{PART_CLAIMS[p]}: every claim",
+            "—",
+            "not run",
+            "—",
+            None,
+            applicable=False,
+            reason=f"the part {p!r} is not in this run's `parts`",
+        )
+        for p in PARTS
+        if p not in cfg.parts
+    ]
 
 
 def _fig3_check(cfg: Config, ds3) -> Check:
@@ -442,11 +617,18 @@ def _fig3_check(cfg: Config, ds3) -> Check:
     pairs = [(i, j) for i in range(len(T)) for j in range(len(T)) if T[i] == T[j] and dT[i] > dT[j]]
     return paper_claim(
         f"Fig. 3: larger ΔT gives more stable long-loop inference (error at loop {cfg.eval_loops} ÷ error at T, "
-        "same T)", "smaller ratio for larger ΔT", ", ".join(f"{s}: {fmt(r)}" for s, r in zip(ds3.setting.values, ratio)),
+        "same T)",
+        "smaller ratio for larger ΔT",
+        ", ".join(f"{s}: {fmt(r)}" for s, r in zip(ds3.setting.values, ratio)),
         f"strict, {len(pairs)} pair(s) of settings with the same T",
-        bool(pairs) and all(ratio[i] < ratio[j] for i, j in pairs), asserted, why,
-        margin=(relative_margin(max(ratio[i] / ratio[j] for i, j in pairs), 1.0) + " (worst ratio of ratios)") if pairs
-        else "no pair", asserted_at="--full")
+        bool(pairs) and all(ratio[i] < ratio[j] for i, j in pairs),
+        asserted,
+        why,
+        margin=(relative_margin(max(ratio[i] / ratio[j] for i, j in pairs), 1.0) + " (worst ratio of ratios)")
+        if pairs
+        else "no pair",
+        asserted_at="--full",
+    )
 
 
 def _fig5_checks(cfg: Config, ds5) -> list[Check]:
@@ -456,27 +638,51 @@ def _fig5_checks(cfg: Config, ds5) -> list[Check]:
     steps = fig5_config(cfg).steps
     asserted, why = steps >= fig5_config(SIZES["full"]).steps, f"{steps:,} training steps (paper: 500,000)"
     Ts = ds5["T"].values
-    ratios = {f"{setting}, σ = {s:g}": ds5.algoformer.values[j, i, Ts[j] - 1] / ds5.zero.values[i]
-              for j, setting in enumerate(ds5.setting.values) for i, s in enumerate(ds5.sigma.values)}
+    ratios = {
+        f"{setting}, σ = {s:g}": ds5.algoformer.values[j, i, Ts[j] - 1] / ds5.zero.values[i]
+        for j, setting in enumerate(ds5.setting.values)
+        for i, s in enumerate(ds5.sigma.values)
+    }
     checks = [learned_check("Fig. 5", ratios, LEARNED_FRACTION, where="at the last example after its T loops")]
     early = int(np.argmin(ds5.first_loop.values))  # the setting trained on the first loops
     i0 = list(ds5.sigma.values).index(0.0) if 0.0 in list(ds5.sigma.values) else None
     if i0 is not None:
         rel = ds5.newton.values[i0, -1] / ds5.zero.values[i0]
-        checks.append(Check(
-            f"Fig. 5 (σ = 0): Newton's method (eq. 4) reaches machine-level error within {cfg.iterations} iterations",
-            "relative error < 1e-6", fmt(rel), "1e-6", bool(rel < 1e-6)))
+        checks.append(
+            Check(
+                f"Fig. 5 (σ = 0): Newton's method (eq. 4) reaches machine-level error within {cfg.iterations} iterations",
+                "relative error < 1e-6",
+                fmt(rel),
+                "1e-6",
+                bool(rel < 1e-6),
+            )
+        )
         gd_rel = ds5.gd.values[i0, -1] / ds5.zero.values[i0]
-        checks.append(Check("Fig. 5 (σ = 0): GD converges more slowly than Newton (error at the last iteration)",
-                            "gd > newton", f"gd {fmt(gd_rel)} vs newton {fmt(rel)}", "strict", bool(gd_rel > rel)))
+        checks.append(
+            Check(
+                "Fig. 5 (σ = 0): GD converges more slowly than Newton (error at the last iteration)",
+                "gd > newton",
+                f"gd {fmt(gd_rel)} vs newton {fmt(rel)}",
+                "strict",
+                bool(gd_rel > rel),
+            )
+        )
     for i, s in enumerate(ds5.sigma.values):
         a, g, n = ds5.algoformer.values[early, i], ds5.gd.values[i], ds5.newton.values[i]
-        checks.append(paper_claim(
-            f"Fig. 5 (σ = {s:g}): AlgoFormer ({ds5.setting.values[early]}) below GD and Newton in the first iterations "
-            "(t = 1, 2, 3)",
-            "algoformer < gd, newton", f"algo {fmt(a[:3], 3)}, gd {fmt(g[:3], 3)}, newton {fmt(n[:3], 3)}",
-            "strict, each t", bool(np.all(a[:3] < np.minimum(g[:3], n[:3]))), asserted, why,
-            margin=relative_margin(np.max(a[:3] / np.minimum(g[:3], n[:3])), 1.0) + " (worst t)", asserted_at="--full"))
+        checks.append(
+            paper_claim(
+                f"Fig. 5 (σ = {s:g}): AlgoFormer ({ds5.setting.values[early]}) below GD and Newton in the first iterations "
+                "(t = 1, 2, 3)",
+                "algoformer < gd, newton",
+                f"algo {fmt(a[:3], 3)}, gd {fmt(g[:3], 3)}, newton {fmt(n[:3], 3)}",
+                "strict, each t",
+                bool(np.all(a[:3] < np.minimum(g[:3], n[:3]))),
+                asserted,
+                why,
+                margin=relative_margin(np.max(a[:3] / np.minimum(g[:3], n[:3])), 1.0) + " (worst t)",
+                asserted_at="--full",
+            )
+        )
     return checks
 
 
@@ -545,7 +751,9 @@ def _mark_figure(fig, ds) -> None:
 def _mark_partial_checks(checks, ds2, ds3, ds5):
     """Checks that read a partially trained model are not asserted (Fig. 5's GD and Newton baselines need no
     training)."""
-    status = {fig: ds.attrs["status"] for fig, ds in (("Fig. 2", ds2), ("Fig. 3", ds3), ("Fig. 5", ds5)) if ds is not None}
+    status = {
+        fig: ds.attrs["status"] for fig, ds in (("Fig. 2", ds2), ("Fig. 3", ds3), ("Fig. 5", ds5)) if ds is not None
+    }
     out = []
     for c in checks:
         fig = next((f for f in status if c.claim.startswith(f) and c.applicable), None)
@@ -556,11 +764,21 @@ def _mark_partial_checks(checks, ds2, ds3, ds5):
 
 def _part_runs(cfg: Config, part: str) -> int:
     """Training runs of a part (an ensemble counts as one)."""
-    return len(cfg.fig5_loops) if part == "fig5" else len(MODELS) + (len(_fig3_to_train(cfg)) if part == "regression" else 0)
+    return (
+        len(cfg.fig5_loops)
+        if part == "fig5"
+        else len(MODELS) + (len(_fig3_to_train(cfg)) if part == "regression" else 0)
+    )
 
 
-def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-              budget: TimeBudget | None = None, config: Config | None = None) -> list[PartResult]:
+def run_parts(
+    parts,
+    size: str = "quick",
+    out: Path = Path("jaxicl-report"),
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    config: Config | None = None,
+) -> list[PartResult]:
     """Train and evaluate ``parts`` (of `PARTS`) in turn, each model checkpointed under
     ``out/algoformer/checkpoints``; their datasets go to `assemble`. Under a ``budget`` every run of these
     parts gets its share."""
@@ -582,8 +800,9 @@ def run_parts(parts, size: str = "quick", out: Path = Path("jaxicl-report"), pro
             datasets = {"fig2": ds2}
             lap(f"Fig. 2 ({part})")
             if part == "regression":
-                datasets["fig3"] = fig3(cfg, jax.random.fold_in(key, 3), ckpt, tasks2["regression"], trained2,
-                                        progress, budget)
+                datasets["fig3"] = fig3(
+                    cfg, jax.random.fold_in(key, 3), ckpt, tasks2["regression"], trained2, progress, budget
+                )
                 lap("Fig. 3")
         results.append(PartResult(NAME, part, datasets, lap.stages, time.perf_counter() - t0))
     return results
@@ -620,18 +839,33 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         "The looped models average the loss over t = max(T − ΔT, 1) … T loops (eq. 6 with a mean over its terms). "
         "AR(q): A ~ N(0, 0.25/(qk) I) instead of N(0, I), which makes the series explode with a unit-scale Φ*. "
         "The paper's comparisons between architectures are asserted only when the models train as long as the "
-        "paper's (`--full`); at a shorter training they are shown \"not reproduced\" where they do not hold.",
+        'paper\'s (`--full`); at a shorter training they are shown "not reproduced" where they do not hold.',
     ]
     figures = _figures(out, cfg, ds2, ds3, ds5)
     drawn = [ds for ds in (ds2, ds3, ds5) if ds is not None]
     partial = {fig: ds.attrs["status"] for fig, ds in zip(figures, drawn) if ds.attrs["status"] != "complete"}
     seconds = sum(p.seconds for p in parts) + time.perf_counter() - t0
-    return PaperResult(NAME, TITLE, size, _mark_partial_checks(_checks(cfg, ds2, ds3, ds5), ds2, ds3, ds5), figures,
-                       data, seconds, notes, [s for p in parts for s in p.stages], partial)
+    return PaperResult(
+        NAME,
+        TITLE,
+        size,
+        _mark_partial_checks(_checks(cfg, ds2, ds3, ds5), ds2, ds3, ds5),
+        figures,
+        data,
+        seconds,
+        notes,
+        [s for p in parts for s in p.stages],
+        partial,
+    )
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None, config: Config | None = None) -> PaperResult:
+def run(
+    size: str = "quick",
+    out: Path = Path("jaxicl-report"),
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    config: Config | None = None,
+) -> PaperResult:
     """Every part of ``cfg.parts`` (`run_parts`), then `assemble`; at ``size``, or at the settings ``config``."""
     parts = (config or SIZES[size]).parts
     return assemble(size, out, run_parts(parts, size, out, progress, budget, config), config)

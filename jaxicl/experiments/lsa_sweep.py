@@ -45,9 +45,16 @@ class LSAFlowPoint:
         sigma = (1.0 / (gam_op * jnp.sqrt(self.d))) ** 0.5 if self.sigma is None else self.sigma
         m0 = LinearSelfAttention.balanced_init(self.d, 1.0, key)
         m0 = jax.tree_util.tree_map(lambda w: sigma * w, m0)  # σ traced: scale the unit-σ init
-        sol = gradient_flow(lambda m: lsa_population_loss(m, lam, n_context), m0, self.t1,
-                            n_save=self.n_save, rtol=self.rtol, atol=self.atol, solver=self.solver,
-                            check=False)  # checked on the host (raise_if_any_flow_failed): the program stays cacheable
+        sol = gradient_flow(
+            lambda m: lsa_population_loss(m, lam, n_context),
+            m0,
+            self.t1,
+            n_save=self.n_save,
+            rtol=self.rtol,
+            atol=self.atol,
+            solver=self.solver,
+            check=False,
+        )  # checked on the host (raise_if_any_flow_failed): the program stays cacheable
         return {
             "final_loss": sol.losses[-1],
             "theory_min_loss": zhang.min_population_loss(lam, n_context),
@@ -61,9 +68,15 @@ def raise_if_any_flow_failed(ds) -> None:
     """The host half of the flows' check, for a dataset of `LSAFlowPoint` outputs: ``FloatingPointError``
     naming the first grid point whose flow diverged, ``RuntimeError`` for one whose solver stopped before t1.
     (Checked inside the program, the check would be a host callback, and JAX does not cache such programs.)"""
-    failures = (("flow_diverged", FloatingPointError, "diverged (non-finite or exploding loss, parameters or gradient)"),
-                ("flow_solver_failed", RuntimeError, "stopped before t1 (solver failure: loosen rtol and atol, or shorten t1; "
-                                                     "the flow is stiff for explicit solvers)"))
+    failures = (
+        ("flow_diverged", FloatingPointError, "diverged (non-finite or exploding loss, parameters or gradient)"),
+        (
+            "flow_solver_failed",
+            RuntimeError,
+            "stopped before t1 (solver failure: loosen rtol and atol, or shorten t1; "
+            "the flow is stiff for explicit solvers)",
+        ),
+    )
     for var, error, what in failures:
         found = first_flagged_point(ds[var])
         if found is not None:
@@ -100,10 +113,13 @@ def as_toml_config(cfg: Config, grid: dict, out) -> dict:
     """``jaxicl.sweep_config``'s validated dictionary for ``cfg``, the ``grid`` (any of kappa, n_context, seed) and the
     output directory ``out``."""
     grid = dict(grid) | ({} if "seed" in grid or not cfg.seed else {"seed": [cfg.seed]})
-    return {"task": {"d": cfg.d, "kappa": cfg.kappa, "n_context": cfg.n_context},
-            "model": {"sigma": cfg.sigma or "auto"},
-            "dynamics": {"t1": cfg.t1, "rtol": cfg.rtol, "atol": cfg.atol, "n_save": cfg.n_save},
-            "grid": grid, "outputs": {"dir": str(out), "chunk_size": cfg.chunk_size}}
+    return {
+        "task": {"d": cfg.d, "kappa": cfg.kappa, "n_context": cfg.n_context},
+        "model": {"sigma": cfg.sigma or "auto"},
+        "dynamics": {"t1": cfg.t1, "rtol": cfg.rtol, "atol": cfg.atol, "n_save": cfg.n_save},
+        "grid": grid,
+        "outputs": {"dir": str(out), "chunk_size": cfg.chunk_size},
+    }
 
 
 def flow(cfg: Config, grid: dict | None = None, out=None, progress: bool = False):
@@ -132,7 +148,9 @@ def run_config(cfg: dict, progress: bool | None = None):
 
     task, dyn, out = cfg["task"], cfg["dynamics"], Path(cfg["outputs"]["dir"])
     sigma = None if cfg["model"]["sigma"] == "auto" else cfg["model"]["sigma"]
-    point = LSAFlowPoint(d=task["d"], t1=dyn["t1"], rtol=dyn["rtol"], atol=dyn["atol"], n_save=dyn["n_save"], sigma=sigma)
+    point = LSAFlowPoint(
+        d=task["d"], t1=dyn["t1"], rtol=dyn["rtol"], atol=dyn["atol"], n_save=dyn["n_save"], sigma=sigma
+    )
     grid = {"kappa": [task["kappa"]], "n_context": [task["n_context"]], "seed": [0]}
     grid.update(cfg["grid"])
     order = list(cfg["grid"]) + [k for k in grid if k not in cfg["grid"]]  # the config's axes first
@@ -142,9 +160,15 @@ def run_config(cfg: dict, progress: bool | None = None):
         return point(kappa, n_context, key)
 
     with jax.enable_x64(True):
-        ds = sweep(run_fn, grid, chunk_size=cfg["outputs"]["chunk_size"], out=out / "chunks",
-                   meta={k: cfg[k] for k in ("task", "model", "dynamics")}, output_dims={"loss_curve": ("save",)},
-                   progress=progress)
+        ds = sweep(
+            run_fn,
+            grid,
+            chunk_size=cfg["outputs"]["chunk_size"],
+            out=out / "chunks",
+            meta={k: cfg[k] for k in ("task", "model", "dynamics")},
+            output_dims={"loss_curve": ("save",)},
+            progress=progress,
+        )
     raise_if_any_flow_failed(ds)
     save_dataset(ds, out / "dataset.nc")
     save_figure(default_plot(ds), out / "plot.png")

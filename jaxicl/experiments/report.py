@@ -16,13 +16,20 @@ import numpy as np
 from .._io import atomic_output
 from ..runtime.profiling import Stage, StageTimer, total
 
-
 VERDICTS = ("pass", "FAIL", "not reproduced", "not applicable", "reported")
 KINDS = ("simulation", "formulas")
 # what the headline counts apart: a claim that passed where it is not asserted, and the checks of the paper's
 # formulas against each other (which no bug of the simulation can fail)
-COUNTED = ("pass", "FAIL", "pass (not asserted)", "not reproduced", "not applicable", "reported", "formulas pass",
-           "formulas FAIL")
+COUNTED = (
+    "pass",
+    "FAIL",
+    "pass (not asserted)",
+    "not reproduced",
+    "not applicable",
+    "reported",
+    "formulas pass",
+    "formulas FAIL",
+)
 
 
 @dataclasses.dataclass
@@ -71,7 +78,9 @@ class Check:
             raise ValueError(f"the claim {self.claim!r}: kind must be one of {KINDS}, got {self.kind!r}.")
         if not self.applicable:
             if not self.reason:
-                raise ValueError(f"the claim {self.claim!r} is not applicable: give the reason (the premise that fails).")
+                raise ValueError(
+                    f"the claim {self.claim!r} is not applicable: give the reason (the premise that fails)."
+                )
             self.asserted = False
         if self.passed is None:
             self.asserted = False
@@ -103,8 +112,12 @@ class Check:
     def status(self) -> str:
         """The result cell of the report's table."""
         v = self.verdict
-        where = "".join([f"; margin {self.margin}" if self.margin else "",
-                         f"; asserted at `{self.asserted_at}`" if self.asserted_at else ""])
+        where = "".join(
+            [
+                f"; margin {self.margin}" if self.margin else "",
+                f"; asserted at `{self.asserted_at}`" if self.asserted_at else "",
+            ]
+        )
         if v == "FAIL":
             return "**FAIL**"
         if v == "not reproduced":
@@ -122,23 +135,50 @@ class Check:
         return self.tolerance + ("" if self.seeds is None else f"; asserted over {self.seeds} seeds")
 
 
-def paper_claim(claim: str, predicted: str, simulated: str, tolerance: str, holds: bool, assert_if: bool = True,
-                reason: str = "", seeds: int | None = None, applies: bool = True, margin: str = "",
-                asserted_at: str = "") -> Check:
+def paper_claim(
+    claim: str,
+    predicted: str,
+    simulated: str,
+    tolerance: str,
+    holds: bool,
+    assert_if: bool = True,
+    reason: str = "",
+    seeds: int | None = None,
+    applies: bool = True,
+    margin: str = "",
+    asserted_at: str = "",
+) -> Check:
     """A claim of a paper: asserted where ``assert_if`` (the run's size is one where the claim is asserted),
     elsewhere "not reproduced" when it fails, for ``reason``, with its measured ``margin`` and the size where it is
     asserted (``asserted_at``: both required there); "not applicable", for ``reason``, where its premise does not
     hold at these settings (not ``applies``)."""
     if not assert_if and applies and not (margin and asserted_at):
-        raise ValueError(f"the claim {claim!r} is not asserted at this size: give its measured margin and the size "
-                         "where it is asserted.")
-    return Check(claim, predicted, simulated, tolerance, bool(holds), asserted=bool(assert_if),
-                 reason="" if assert_if and applies else reason, seeds=seeds, applicable=bool(applies),
-                 margin="" if assert_if else margin, asserted_at="" if assert_if else asserted_at)
+        raise ValueError(
+            f"the claim {claim!r} is not asserted at this size: give its measured margin and the size "
+            "where it is asserted."
+        )
+    return Check(
+        claim,
+        predicted,
+        simulated,
+        tolerance,
+        bool(holds),
+        asserted=bool(assert_if),
+        reason="" if assert_if and applies else reason,
+        seeds=seeds,
+        applicable=bool(applies),
+        margin="" if assert_if else margin,
+        asserted_at="" if assert_if else asserted_at,
+    )
 
 
-def learned_check(figure: str, ratios: dict, fraction: float, trivial: str = "the zero estimator's",
-                  where: str = "at the last example") -> Check:
+def learned_check(
+    figure: str,
+    ratios: dict,
+    fraction: float,
+    trivial: str = "the zero estimator's",
+    where: str = "at the last example",
+) -> Check:
     """The row that every trained model learned: for each model (``ratios``: name -> its error ÷ the trivial
     estimator's, one per seed it trains), the ratio is below ``fraction``. A model left on a plateau (ratio ≈ 1)
     FAILs it, at every size, so no claim is read off a model that learned nothing."""
@@ -147,10 +187,13 @@ def learned_check(figure: str, ratios: dict, fraction: float, trivial: str = "th
     worst = max(float(np.max(r)) for r in ratios.values())
     shown = ", ".join(f"{name} {fmt(r.max(), 3)}" for name, r in ratios.items())
     many = max(seeds) > 1  # the seeds this run trained (each asserted here, not in the slow tests' `seeds`)
-    return Check(f"{figure}: every trained model learned — its error {where} ÷ {trivial}", f"< {fraction:g}",
-                 f"{shown} (max over the {max(seeds)} seeds trained)" if many else shown,
-                 f"< {fraction:g} for every model{' and seed' * many}; worst {fmt(worst, 3)}",
-                 bool(worst < fraction and np.all(np.isfinite(np.concatenate(list(ratios.values()))))))
+    return Check(
+        f"{figure}: every trained model learned — its error {where} ÷ {trivial}",
+        f"< {fraction:g}",
+        f"{shown} (max over the {max(seeds)} seeds trained)" if many else shown,
+        f"< {fraction:g} for every model{' and seed' * many}; worst {fmt(worst, 3)}",
+        bool(worst < fraction and np.all(np.isfinite(np.concatenate(list(ratios.values()))))),
+    )
 
 
 def relative_margin(value, threshold, below: bool = True) -> str:
@@ -176,15 +219,20 @@ def count_verdicts(checks) -> dict[str, int]:
 
 
 def headline(checks) -> str:
-    """"72 pass, 0 fail, 6 pass (not asserted), 10 not reproduced, 8 reported; formulas: 20 pass, 0 fail": the
+    """ "72 pass, 0 fail, 6 pass (not asserted), 10 not reproduced, 8 reported; formulas: 20 pass, 0 fail": the
     report's and the CLI's summary of ``checks``. The first two count the asserted checks of the simulation; the
     checks of the paper's formulas against each other are counted after the semicolon."""
     n = count_verdicts(checks)
     na = f", {n['not applicable']} not applicable" if n["not applicable"] else ""  # only at changed settings
-    formulas = (f"; formulas: {n['formulas pass']} pass, {n['formulas FAIL']} fail"
-                if n["formulas pass"] + n["formulas FAIL"] else "")
-    return (f"{n['pass']} pass, {n['FAIL']} fail, {n['pass (not asserted)']} pass (not asserted), "
-            f"{n['not reproduced']} not reproduced{na}, {n['reported']} reported{formulas}")
+    formulas = (
+        f"; formulas: {n['formulas pass']} pass, {n['formulas FAIL']} fail"
+        if n["formulas pass"] + n["formulas FAIL"]
+        else ""
+    )
+    return (
+        f"{n['pass']} pass, {n['FAIL']} fail, {n['pass (not asserted)']} pass (not asserted), "
+        f"{n['not reproduced']} not reproduced{na}, {n['reported']} reported{formulas}"
+    )
 
 
 def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
@@ -195,8 +243,9 @@ def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
     return phi(e - n_se) + phi(-e - n_se)
 
 
-def powered_mean_and_se(draw, key, pred, n_se: float = 3.0, power: float = 0.95, error: float = 0.05,
-                        max_blocks: int = 64) -> tuple[float, float]:
+def powered_mean_and_se(
+    draw, key, pred, n_se: float = 3.0, power: float = 0.95, error: float = 0.05, max_blocks: int = 64
+) -> tuple[float, float]:
     """Mean and standard error of per-sample values ``draw(key)`` (a 1-D array of a fixed size: one block), drawn
     block after block until a comparison with ``pred`` at ``n_se`` standard errors would fail a relative ``error``
     with probability ``power`` (`mc_power`): the first block (``key`` itself) estimates the spread, and
@@ -213,8 +262,18 @@ def powered_mean_and_se(draw, key, pred, n_se: float = 3.0, power: float = 0.95,
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
 
 
-def mc_check(claim: str, pred, sim, se, n_se: float = 3.0, min_power: float = 0.9, error: float = 0.05,
-             predicted: str | None = None, simulated: str | None = None, max_excursions: int = 0) -> Check:
+def mc_check(
+    claim: str,
+    pred,
+    sim,
+    se,
+    n_se: float = 3.0,
+    min_power: float = 0.9,
+    error: float = 0.05,
+    predicted: str | None = None,
+    simulated: str | None = None,
+    max_excursions: int = 0,
+) -> Check:
     """A Monte-Carlo estimate ``sim ± se`` (scalars or arrays) against an exact ``pred``, at ``n_se`` standard errors
     (up to ``max_excursions`` points beyond them, for many points). It passes only if the comparison has the power
     to see a relative ``error`` of 5 %: at least ``min_power`` probability of failing, at every point, had the
@@ -224,12 +283,17 @@ def mc_check(claim: str, pred, sim, se, n_se: float = 3.0, min_power: float = 0.
     power = float(np.min(mc_power(pred, se, n_se, error)))
     excursions = int(np.sum(z > n_se))
     ok = excursions <= max_excursions and power >= min_power
-    tol = (f"{n_se:g} s.e.{'' if pred.ndim == 0 else ' per point'}"
-           + (f" (≤ {max_excursions} excursion{'s' * (max_excursions > 1)})" if max_excursions else "")
-           + f"; fails a {error:.0%} error with probability ≥ {power:.3f} (required {min_power:g})")
+    tol = (
+        f"{n_se:g} s.e.{'' if pred.ndim == 0 else ' per point'}"
+        + (f" (≤ {max_excursions} excursion{'s' * (max_excursions > 1)})" if max_excursions else "")
+        + f"; fails a {error:.0%} error with probability ≥ {power:.3f} (required {min_power:g})"
+    )
     if simulated is None:
-        simulated = (f"{float(sim):.6g} ± {float(se):.2g}" if sim.ndim == 0 else
-                     f"max |z| = {z.max():.2f}, {excursions} points beyond {n_se:g} s.e.")
+        simulated = (
+            f"{float(sim):.6g} ± {float(se):.2g}"
+            if sim.ndim == 0
+            else f"max |z| = {z.max():.2f}, {excursions} points beyond {n_se:g} s.e."
+        )
     return Check(claim, fmt(pred, 6) if predicted is None else predicted, simulated, tol, ok)
 
 
@@ -321,9 +385,12 @@ def staged_results(out, into=None):
         yield into
     except BaseException:
         if own and into.exists() and any(p.is_file() for p in into.rglob("*")):
-            print(f"[jaxicl] the run did not complete: the results in {out} are those of the last complete run; what "
-                  f"this one finished is in {into} (training checkpoints are kept: the same command resumes)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[jaxicl] the run did not complete: the results in {out} are those of the last complete run; what "
+                f"this one finished is in {into} (training checkpoints are kept: the same command resumes)",
+                file=sys.stderr,
+                flush=True,
+            )
         raise
     else:
         if own and into.exists():
@@ -379,20 +446,32 @@ def lap_timer(progress: bool) -> StageTimer:
 
 def render_markdown(results: list[PaperResult]) -> str:
     lines = ["# jaxicl reproduction report", ""]
-    lines += [headline([c for r in results for c in r.checks]) + ".", "",
-              "Verdicts: pass or FAIL: a claim of the paper, asserted, checked against the simulation; pass (not "
-              "asserted): a claim that holds where it is not asserted (its margin and the size where it is asserted "
-              "are given); not reproduced: a claim this run contradicts where it is not asserted (the reason is given: "
-              "the size, the training steps, an unfinished run); not applicable: a claim whose premise fails at "
-              "changed settings (the premise is given); reported: a measurement the paper makes no claim about. "
-              "Formulas: a check of the paper's formulas against each other, which no bug of the simulation could "
-              "fail, counted apart.", ""]
+    lines += [
+        headline([c for r in results for c in r.checks]) + ".",
+        "",
+        "Verdicts: pass or FAIL: a claim of the paper, asserted, checked against the simulation; pass (not "
+        "asserted): a claim that holds where it is not asserted (its margin and the size where it is asserted "
+        "are given); not reproduced: a claim this run contradicts where it is not asserted (the reason is given: "
+        "the size, the training steps, an unfinished run); not applicable: a claim whose premise fails at "
+        "changed settings (the premise is given); reported: a measurement the paper makes no claim about. "
+        "Formulas: a check of the paper's formulas against each other, which no bug of the simulation could "
+        "fail, counted apart.",
+        "",
+    ]
     for r in results:
-        lines += [f"## {r.name}: {r.title}", "", f"Size: `{r.size}`; wall time {r.seconds:.1f} s; {headline(r.checks)}.", ""]
+        lines += [
+            f"## {r.name}: {r.title}",
+            "",
+            f"Size: `{r.size}`; wall time {r.seconds:.1f} s; {headline(r.checks)}.",
+            "",
+        ]
         if r.settings:
             changed = ", ".join(f"`{k} = {v!r}` ({r.size}: {was!r})" for k, (v, was) in r.settings.items())
-            lines += [f"**Settings changed** from `{r.size}`: {changed}. Every check below ran at these settings, not "
-                      "the paper's; the data files' `jaxicl_settings` attribute holds them all.", ""]
+            lines += [
+                f"**Settings changed** from `{r.size}`: {changed}. Every check below ran at these settings, not "
+                "the paper's; the data files' `jaxicl_settings` attribute holds them all.",
+                "",
+            ]
         lines += ["| claim | predicted | simulated | tolerance | result |", "|---|---|---|---|---|"]
         for c in r.checks:
             cells = [c.claim, c.predicted, c.simulated, c.tolerance_cell, c.status]
@@ -403,8 +482,11 @@ def render_markdown(results: list[PaperResult]) -> str:
         for fig in r.figures:
             lines += [f"![{Path(fig).stem}]({fig})", ""]
             if fig in r.partial:
-                lines += [f"*Drawn from a partial run ({r.partial[fig]}): run the same command again to resume "
-                          "training; its claims are not asserted until it completes.*", ""]
+                lines += [
+                    f"*Drawn from a partial run ({r.partial[fig]}): run the same command again to resume "
+                    "training; its claims are not asserted until it completes.*",
+                    "",
+                ]
         if r.stages:
             lines += timing_table(r.stages)
         if r.data:
@@ -415,13 +497,17 @@ def render_markdown(results: list[PaperResult]) -> str:
 def timing_table(stages: list[Stage]) -> list[str]:
     """Markdown rows: per stage, the device it ran on (`jaxicl.runtime.placement`), wall time, compile time (tracing,
     lowering, XLA), run time and programs."""
-    lines = ["Where the time went (compile: tracing, lowering and XLA compilation; run: the rest):", "",
-             "| stage | device | wall (s) | compile (s) | run (s) | XLA programs | from cache |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "Where the time went (compile: tracing, lowering and XLA compilation; run: the rest):",
+        "",
+        "| stage | device | wall (s) | compile (s) | run (s) | XLA programs | from cache |",
+        "|---|---|---|---|---|---|---|",
+    ]
     devices = "+".join(sorted({p for s in stages for p in s.device.split("+") if p}))
     for s in [*stages, dataclasses.replace(total(stages), device=devices)]:
-        lines.append(f"| {s.label} | {s.device} | {s.wall:.1f} | {s.compile:.1f} | {s.run:.1f} | {s.programs} | "
-                     f"{s.cache_hits} |")
+        lines.append(
+            f"| {s.label} | {s.device} | {s.wall:.1f} | {s.compile:.1f} | {s.run:.1f} | {s.programs} | {s.cache_hits} |"
+        )
     return lines + [""]
 
 
@@ -449,6 +535,13 @@ def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
     (each passes, or is "not reproduced" for the partial run), its measurements reported as they are."""
     if status is None:
         return checks
-    return [dataclasses.replace(c, claim=f"{c.claim} [{status}]", asserted=False,
-                                reason=c.reason or f"training {status}",
-                                asserted_at=c.asserted_at or "the same command, run to its end") for c in checks]
+    return [
+        dataclasses.replace(
+            c,
+            claim=f"{c.claim} [{status}]",
+            asserted=False,
+            reason=c.reason or f"training {status}",
+            asserted_at=c.asserted_at or "the same command, run to its end",
+        )
+        for c in checks
+    ]

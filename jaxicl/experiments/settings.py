@@ -136,8 +136,9 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         if raw and all(c.isalnum() or c in "_-." for c in raw):
             return key, raw
-        raise SettingsError(f"--set {key}: {raw!r} is not a TOML value (numbers, true/false, \"text\", [lists]).") \
-            from None
+        raise SettingsError(
+            f'--set {key}: {raw!r} is not a TOML value (numbers, true/false, "text", [lists]).'
+        ) from None
 
 
 def read_file(path) -> dict[str, Any]:
@@ -167,12 +168,14 @@ def _entry(key: str, value, like):
         return value
     try:  # numbers: the library's own checks (integrality, finiteness, bounds), their errors naming the key
         if isinstance(like, int):
-            return _validate.integer(key, value, low=0 if key.split(".")[-1].split("[")[0] in ZERO_ALLOWED else 1,
-                                     high=MAX_INT)
+            return _validate.integer(
+                key, value, low=0 if key.split(".")[-1].split("[")[0] in ZERO_ALLOWED else 1, high=MAX_INT
+            )
         if isinstance(like, float):
             kappa = "kappa" in key.lower()
-            return float(_validate.real(key, value, ge=1.0 if kappa else 0.0,
-                                        why=" (a condition number)" if kappa else ""))
+            return float(
+                _validate.real(key, value, ge=1.0 if kappa else 0.0, why=" (a condition number)" if kappa else "")
+            )
     except (TypeError, ValueError) as e:
         raise SettingsError(str(e)) from None
     if isinstance(like, str) or like is None:
@@ -211,7 +214,8 @@ def apply(cfg, overrides: dict[str, Any]):
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise SettingsError(f"unknown setting {key!r}.{hint} Allowed: {', '.join(fields)}.")
         changes.setdefault(key.split(".")[0] if "." in key else "", {})[key.split(".")[-1]] = _value(
-            key, value, fields[key])
+            key, value, fields[key]
+        )
     top = changes.pop("", {})
     for parent, sub in changes.items():
         top[parent] = dataclasses.replace(getattr(cfg, parent), **sub)
@@ -220,15 +224,18 @@ def apply(cfg, overrides: dict[str, Any]):
     return new
 
 
-def transformer_arrays(what: str, batch: int, tokens: int, d_model: int, layers: int, d_ff: int,
-                       passes: int = 1) -> dict[str, int]:
+def transformer_arrays(
+    what: str, batch: int, tokens: int, d_model: int, layers: int, d_ff: int, passes: int = 1
+) -> dict[str, int]:
     """The largest arrays of training a pre-LN transformer (float32): its parameters with their gradient and Adam's
     two moments, and the activations kept for the backward pass (``passes``: its blocks applied that many times per
     step, e.g. a looped model's loops; the attention scores left out, which a fused attention does not keep)."""
     params = layers * (4 * d_model**2 + 2 * d_model * d_ff)
     acts = passes * layers * batch * tokens * (6 * d_model + 2 * d_ff)
-    return {f"{what}: parameters, gradients and Adam's moments": 4 * 4 * params,
-            f"{what}: activations kept for the backward pass": 4 * acts}
+    return {
+        f"{what}: parameters, gradients and Adam's moments": 4 * 4 * params,
+        f"{what}: activations kept for the backward pass": 4 * acts,
+    }
 
 
 def check_memory(cfg) -> None:
@@ -244,9 +251,11 @@ def check_memory(cfg) -> None:
     too_big = {what: n for what, n in arrays.items() if n > limit}
     if too_big:
         what, n = max(too_big.items(), key=lambda kv: kv[1])
-        raise SettingsError(f"these settings need more memory than this machine has: {what} alone take "
-                            f"{n / 2**30:.3g} GiB, more than half of its {2 * limit / 2**30:.3g} GiB. Use smaller "
-                            "sizes (`jaxicl config NAME` shows each setting).")
+        raise SettingsError(
+            f"these settings need more memory than this machine has: {what} alone take "
+            f"{n / 2**30:.3g} GiB, more than half of its {2 * limit / 2**30:.3g} GiB. Use smaller "
+            "sizes (`jaxicl config NAME` shows each setting)."
+        )
 
 
 def differences(cfg, reference) -> dict[str, tuple[Any, Any]]:
@@ -268,8 +277,14 @@ def toml_value(value) -> str:
     return str(value)
 
 
-def to_toml(cfg, sizes: dict, size: str, docs: dict[str, str] | None = None, title: str = "",
-            headings: dict[str, str] | None = None) -> str:
+def to_toml(
+    cfg,
+    sizes: dict,
+    size: str,
+    docs: dict[str, str] | None = None,
+    title: str = "",
+    headings: dict[str, str] | None = None,
+) -> str:
     """``cfg`` as a TOML settings file to start from (``--config``): every field, with its meaning where ``docs`` has
     it and its value at the other sizes where it differs, under its group's heading (``headings``). A field that is
     off (None) is left out."""
@@ -280,13 +295,18 @@ def to_toml(cfg, sizes: dict, size: str, docs: dict[str, str] | None = None, tit
 
     def line(key, name):
         note = [docs[key]] if key in docs else []
-        note += [f"{other}: {toml_value(vals.get(key))}" for other, vals in others.items() if vals.get(key) != values[key]]
+        note += [
+            f"{other}: {toml_value(vals.get(key))}" for other, vals in others.items() if vals.get(key) != values[key]
+        ]
         text = f"{name} = {toml_value(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
         heading, shown[0] = (headings.get(key) if headings.get(key) != shown[0] else None), headings.get(key)
         return f"# {heading}\n{text}" if heading else text
 
-    lines = [f"# {title}" if title else "# settings", f"# size: {size}. Change any value and pass this file with "
-             "--config FILE, or one value with --set KEY=VALUE.", ""]
+    lines = [
+        f"# {title}" if title else "# settings",
+        f"# size: {size}. Change any value and pass this file with --config FILE, or one value with --set KEY=VALUE.",
+        "",
+    ]
     lines += [line(k, k) for k in values if "." not in k]
     for table in dict.fromkeys(k.split(".")[0] for k in values if "." in k):
         lines += ["", f"[{table}]"] + [line(k, k.split(".", 1)[1]) for k in values if k.startswith(f"{table}.")]

@@ -35,7 +35,6 @@ import xarray as xr
 from . import settings
 from .report import save_dataset
 
-
 # Stages that are not a paper's: name -> module (with ``SIZES`` and ``SWEEPABLE`` like a reproduction's)
 BUILTIN = {"lsa": "jaxicl.experiments.lsa_sweep"}  # the LSA flow sweep of `jaxicl sweep FILE.toml`
 
@@ -66,8 +65,10 @@ def _stage(stage: str):
     module = _module(paper)
     table = getattr(module, "SWEEPABLE", {})
     if name not in table:
-        raise settings.SettingsError(f"{paper} has no sweepable stage {name!r}; its stages: {sorted(table) or 'none'} "
-                                     "(`jaxicl sweep --list-stages`).")
+        raise settings.SettingsError(
+            f"{paper} has no sweepable stage {name!r}; its stages: {sorted(table) or 'none'} "
+            "(`jaxicl sweep --list-stages`)."
+        )
     return paper, module, table[name]
 
 
@@ -89,21 +90,28 @@ def _checked_axes(base, grid: dict[str, list], limit: int) -> dict[str, list]:
         if key in fields and isinstance(fields[key], (tuple, list)):
             raise settings.SettingsError(
                 f"{key} is a list setting, which the stage sweeps itself: set it whole with --set {key}=[...], and grid "
-                "over scalar settings.")
+                "over scalar settings."
+            )
         if not isinstance(values, (list, tuple)) or not values:
             raise settings.SettingsError(f"grid {key}: give a non-empty list of values, e.g. {key}=[1, 2].")
     n = int(np.prod([len(v) for v in grid.values()], dtype=object))
     if n > limit:
         shape = " × ".join(str(len(v)) for v in grid.values())
-        raise settings.SettingsError(f"the grid has {n:,} points ({shape}), more than the {limit:,} this stage sweep "
-                                     "runs: sweep fewer values, or split the grid over several runs.")
-    axes = {key: [settings.flat(settings.apply(base, {key: value}))[key] for value in values]
-            for key, values in grid.items()}
+        raise settings.SettingsError(
+            f"the grid has {n:,} points ({shape}), more than the {limit:,} this stage sweep "
+            "runs: sweep fewer values, or split the grid over several runs."
+        )
+    axes = {
+        key: [settings.flat(settings.apply(base, {key: value}))[key] for value in values]
+        for key, values in grid.items()
+    }
     for key, values in axes.items():
         repeated = sorted({repr(v) for v in values if values.count(v) > 1})
         if repeated:
-            raise settings.SettingsError(f"grid {key}: the value(s) {', '.join(repeated)} appear more than once; each "
-                                         "point of a grid is computed once.")
+            raise settings.SettingsError(
+                f"grid {key}: the value(s) {', '.join(repeated)} appear more than once; each "
+                "point of a grid is computed once."
+            )
     return axes
 
 
@@ -141,13 +149,18 @@ def _run_point(fn, cfg) -> xr.Dataset:
     return ds
 
 
-def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", overrides: dict | None = None,
-                out: str | Path | None = None, progress: bool = False) -> xr.Dataset:
+def sweep_stage(
+    stage: str,
+    grid: dict[str, list],
+    size: str = "quick",
+    overrides: dict | None = None,
+    out: str | Path | None = None,
+    progress: bool = False,
+) -> xr.Dataset:
     """Run ``stage`` ("paper:name") at every point of ``grid`` (setting -> list of values) on top of ``size``'s
     config with ``overrides``; returns the stacked dataset (module docstring). With ``out``, resumable point by
     point, and the result is also written to ``out/sweep.nc``."""
     import jax
-
     from tqdm.auto import tqdm
 
     paper, module, fn = _stage(stage)
@@ -156,8 +169,12 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
     base = settings.apply(module.SIZES[size], overrides or {})
     vmapped = set(grid) <= set(getattr(fn, "grid_axes", ()))  # the stage sweeps these itself, as one program
     whole = _checked_axes(base, grid, MAX_VMAPPED_POINTS if vmapped else MAX_POINTS)  # validated, no point built
-    attrs = dict(stage=stage, size=size, grid=json.dumps({k: list(v) for k, v in grid.items()}),
-                 settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}))
+    attrs = dict(
+        stage=stage,
+        size=size,
+        grid=json.dumps({k: list(v) for k, v in grid.items()}),
+        settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}),
+    )
     if vmapped:
         with jax.enable_x64(getattr(module, "STAGE_X64", True)):
             ds = fn(base, grid=whole, out=out, progress=progress)
@@ -189,8 +206,12 @@ def sweep_stage(stage: str, grid: dict[str, list], size: str = "quick", override
     keys = list(grid)
     claims = results[0]["check_claim"] if "check_claim" in results[0] else None
     # dimensions without coordinates get positions, so that points of other sizes align (padded with NaN)
-    results = [r.drop_vars("check_claim", errors="ignore").assign_coords(
-        {d: np.arange(n) for d, n in r.sizes.items() if d not in r.coords}) for r in results]
+    results = [
+        r.drop_vars("check_claim", errors="ignore").assign_coords(
+            {d: np.arange(n) for d, n in r.sizes.items() if d not in r.coords}
+        )
+        for r in results
+    ]
     stacked = xr.concat(results, dim="point", join="outer")
     stacked = stacked.assign_coords({k: ("point", [p[k] for p, _ in points]) for k in keys})
     stacked = stacked.set_index(point=keys).unstack("point") if len(keys) > 1 else stacked.swap_dims(point=keys[0])
@@ -217,4 +238,3 @@ def verdict_table(ds: xr.Dataset) -> str:
         first = ", ".join(f"{g} = {ds[g].values[i]}" for g, i in zip(grid, bad[0])) if bad else "—"
         lines.append(f"| {str(ds['check_claim'].values[j])[:90]} | {counts} | {first} |")
     return "\n".join(lines)
-

@@ -41,7 +41,8 @@ def linear_transformer_loss(model: LinearTransformer, task: LinearRegression) ->
         raise ValueError(f"model has d={model.d} but the task has d={task.d}.")
     if model.max_depth != 1 or model.n_heads != 1 or model.activation != "identity":
         raise no_closed_form(
-            model, task,
+            model,
+            task,
             f"closed form only for one layer, one head, σ = identity (got {model.max_depth} layers, "
             f"{model.n_heads} heads, σ = {model.activation}); use sample_loss on a training set or mc_loss",
         )

@@ -65,9 +65,7 @@ def lsa_loss_gaussian(K, k, bx, by, Lam, Om, N, s2, query_term: bool = True):
     z = Lbx * tKL + 2 * Lam @ KsLbx
     Epz = (r0p + by * tLO * k) @ z
     EQ2 = (
-        bLb * (tKL**2 + 2 * jnp.trace(Ks @ Lam @ Ks @ Lam))
-        + 4 * tKL * (Lbx @ KsLbx)
-        + 8 * (KsLbx @ Lam @ KsLbx)
+        bLb * (tKL**2 + 2 * jnp.trace(Ks @ Lam @ Ks @ Lam)) + 4 * tKL * (Lbx @ KsLbx) + 8 * (KsLbx @ Lam @ KsLbx)
     ) / N**2
 
     if not query_term:

@@ -100,8 +100,10 @@ def mc_loss(
     chunk = min(_validate.integer("mc_loss: chunk_size", chunk_size), batch)
     n_chunks = math.ceil(batch / chunk)
     if n_chunks > 2**31 - 1:
-        raise ValueError(f"mc_loss: batch = {batch:,} is {n_chunks:,} chunks of chunk_size = {chunk:,}, more than "
-                         "2^31 − 1: raise chunk_size, or average several estimates.")
+        raise ValueError(
+            f"mc_loss: batch = {batch:,} is {n_chunks:,} chunks of chunk_size = {chunk:,}, more than "
+            "2^31 − 1: raise chunk_size, or average several estimates."
+        )
     last = batch - (n_chunks - 1) * chunk  # prompts of the last chunk
 
     predict = getattr(model, "predict_batch", None) or jax.vmap(model.predict)
@@ -118,8 +120,9 @@ def mc_loss(
         return (s + e.sum(), s2 + (e**2).sum(), i + 1), None
 
     dtype = jnp.result_type(float)
-    (s, s2, _), _ = jax.lax.scan(body, (jnp.zeros((), dtype), jnp.zeros((), dtype), jnp.zeros((), jnp.int32)), None,
-                                 length=n_chunks)
+    (s, s2, _), _ = jax.lax.scan(
+        body, (jnp.zeros((), dtype), jnp.zeros((), dtype), jnp.zeros((), jnp.int32)), None, length=n_chunks
+    )
     mean = s / batch
     if not return_stderr:
         return mean

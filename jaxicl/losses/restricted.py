@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..models.linear_transformer import LinearTransformer, RestrictedWeights
 from .._validate import is_concrete
+from ..models.linear_transformer import LinearTransformer, RestrictedWeights
 from ..tasks.covariance import FixedCovariance, ScaledIdentityCovariance
 from ..tasks.linear_regression import FixedGramRegression, LinearRegression
 from .registry import no_closed_form, register_population_loss
@@ -41,7 +41,8 @@ def _check_restricted(model: LinearTransformer) -> None:
     if not isinstance(model.params, RestrictedWeights) or model.activation != "identity":
         raise ValueError(
             "these losses need a restricted (eq. 6), σ = identity model: LinearTransformer.restricted(A); "
-            f"got {type(model.params).__name__} with σ = {model.activation}.")
+            f"got {type(model.params).__name__} with σ = {model.activation}."
+        )
     u = model.params.u
     if is_concrete(u) and np.any(np.asarray(u) != 0):
         raise ValueError("the closed forms assume u = 0 in eq. (6); this model has u ≠ 0.")
@@ -95,8 +96,13 @@ def fixed_gram_depth_curves(A: Float[Array, "B L d d"], Sigma: Float[Array, "B d
     `fixed_gram_loss` of each depth, one XLA program for all shapes (B, L, d) instead of one per depth."""
     A = jnp.asarray(A)
     Sigma = jnp.asarray(Sigma, A.dtype)
-    if A.ndim != 4 or Sigma.ndim != 3 or Sigma.shape[0] != A.shape[0] or Sigma.shape[1:] != A.shape[2:] \
-            or A.shape[2] != A.shape[3]:
+    if (
+        A.ndim != 4
+        or Sigma.ndim != 3
+        or Sigma.shape[0] != A.shape[0]
+        or Sigma.shape[1:] != A.shape[2:]
+        or A.shape[2] != A.shape[3]
+    ):
         raise ValueError(f"need A of shape (B, L, d, d) and Sigma of shape (B, d, d); got {A.shape} and {Sigma.shape}.")
     return _depth_curves(A, Sigma)
 
@@ -136,7 +142,8 @@ def fixed_gram_population_loss(model: LinearTransformer, covariance, n_nodes: in
         return jnp.sum(weights * scaled_identity_loss(model, nodes))
     raise TypeError(
         f"no exact fixed-Gram loss for {type(covariance).__name__}; average fixed_gram_loss over "
-        "sampled Σ (Monte Carlo over Σ, exact over w* and x_q).")
+        "sampled Σ (Monte Carlo over Σ, exact over w* and x_q)."
+    )
 
 
 @register_population_loss(LinearTransformer, FixedGramRegression)
@@ -173,7 +180,9 @@ class GaussianXBatch(eqx.Module):
                 return X @ X.T / task.n_context, w, s * jnp.eye(task.d, dtype=s.dtype)
             Sig = task.covariance.sample(k_lam)
             chol = jnp.linalg.cholesky(Sig)
-            w = jax.scipy.linalg.solve_triangular(chol, jax.random.normal(k_w, (task.d,), Sig.dtype), lower=True, trans="T")
+            w = jax.scipy.linalg.solve_triangular(
+                chol, jax.random.normal(k_w, (task.d,), Sig.dtype), lower=True, trans="T"
+            )
             X = chol @ jax.random.normal(k_x, (task.d, task.n_context), Sig.dtype)
             return X @ X.T / task.n_context, w, Sig
 
@@ -200,8 +209,9 @@ def gaussian_x_loss(model: LinearTransformer, batch: GaussianXBatch) -> Float[Ar
     return jnp.mean(gaussian_x_errors(model, batch))
 
 
-def gaussian_x_mc(model: LinearTransformer, task: LinearRegression, key: PRNGKeyArray, batch: int = 100_000,
-                  chunk_size: int = 4096) -> tuple[Float[Array, ""], Float[Array, ""]]:
+def gaussian_x_mc(
+    model: LinearTransformer, task: LinearRegression, key: PRNGKeyArray, batch: int = 100_000, chunk_size: int = 4096
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """(mean, standard error) of `gaussian_x_errors` over ``batch`` fresh prompts, drawn
     ``chunk_size`` at a time inside a ``lax.scan`` so memory stays bounded (eq. 9, no ½)."""
     if batch < 1:

@@ -50,8 +50,10 @@ def sequence_loss(model, prompts: SequencePrompt, loops=None, target: str = "tar
     padded with zeros: runs with different (T, ΔT) then share one program); ``None`` for a standard
     transformer."""
     if is_looped(model) != (loops is not None):
-        raise ValueError("pass loops=(T, ΔT) for a looped model / AlgoFormer and loops=None for a standard "
-                         f"transformer (got a {type(model).__name__} with loops={loops}).")
+        raise ValueError(
+            "pass loops=(T, ΔT) for a looped model / AlgoFormer and loops=None for a standard "
+            f"transformer (got a {type(model).__name__} with loops={loops})."
+        )
 
     def one(p):
         if loops is None:
@@ -62,7 +64,7 @@ def sequence_loss(model, prompts: SequencePrompt, loops=None, target: str = "tar
             weights, first = jnp.asarray(loops), 1
         outs = model.outputs_per_loop(p.tokens, weights.shape[0], first)  # (loops first…T, tokens, d_out)
         per_loop = jax.vmap(lambda o: _masked_mean(_sq_err(o, p, target), p.mask))(outs)
-        return per_loop @ weights[first - 1:].astype(per_loop.dtype)
+        return per_loop @ weights[first - 1 :].astype(per_loop.dtype)
 
     return jnp.mean(jax.vmap(one)(prompts))
 
@@ -76,8 +78,9 @@ def position_errors(model, prompts: SequencePrompt, n_loops=None, target: str = 
     return jax.vmap(lambda p: _sq_err(predict(p.tokens), p, target) * p.mask)(prompts)
 
 
-def position_errors_per_loop(model, prompts: SequencePrompt, max_loops: int,
-                             target: str = "clean") -> Float[Array, "batch loops T"]:
+def position_errors_per_loop(
+    model, prompts: SequencePrompt, max_loops: int, target: str = "clean"
+) -> Float[Array, "batch loops T"]:
     """`position_errors` after each loop count 1…``max_loops`` of a looped model, from one pass: row t − 1
     is ``position_errors(model, prompts, t)``. The loops run once (``outputs_per_loop``), so an error-vs-loops
     curve (AlgoFormer Figs. 3 and 5) costs ``max_loops`` loops, not 1 + 2 + … + ``max_loops``."""

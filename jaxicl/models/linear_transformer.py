@@ -43,14 +43,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _validate
 from .._validate import is_concrete
 from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt, embed
-from jax.flatten_util import ravel_pytree
-
 from ._gram_kernel import _forward, gram_jacobian, gram_predict
 
 ACTIVATIONS = ("identity", "relu", "softmax")
@@ -95,7 +94,9 @@ def _as_layers(A, name: str, ndim_one: int) -> Array:
     if A.ndim == ndim_one:
         A = A[None]
     if A.ndim != ndim_one + 1:
-        raise ValueError(f"{name} must have {ndim_one} (one layer) or {ndim_one + 1} (layers first) axes, got shape {A.shape}.")
+        raise ValueError(
+            f"{name} must have {ndim_one} (one layer) or {ndim_one + 1} (layers first) axes, got shape {A.shape}."
+        )
     return A
 
 
@@ -281,7 +282,9 @@ class GramBatch(eqx.Module):
         """Statistics of a batch of prompts (every leaf with a leading batch axis). With
         ``n_context`` (may be traced) only the first ``n_context`` examples of each prompt count."""
         if prompts.x.ndim != 3:
-            raise ValueError(f"GramBatch.from_prompts needs a batch of prompts (x of shape (B, n, d)); got {prompts.x.shape}.")
+            raise ValueError(
+                f"GramBatch.from_prompts needs a batch of prompts (x of shape (B, n, d)); got {prompts.x.shape}."
+            )
         n_max = prompts.x.shape[1]
         Zc = jnp.concatenate([prompts.x, prompts.y[..., None]], axis=-1)  # (B, n, D)
         if n_context is None:
@@ -345,11 +348,15 @@ class LinearTransformer(eqx.Module):
                 )
             if max_depth is None:
                 if depth is None or not is_concrete(jnp.asarray(depth)):
-                    raise ValueError("a looped transformer needs a concrete loop count `depth` or a static `max_depth`.")
+                    raise ValueError(
+                        "a looped transformer needs a concrete loop count `depth` or a static `max_depth`."
+                    )
                 max_depth = int(depth)
         else:
             if max_depth is not None and int(max_depth) != n_stored:
-                raise ValueError(f"max_depth={max_depth} but the parameters have {n_stored} layers (use depth= to switch layers off).")
+                raise ValueError(
+                    f"max_depth={max_depth} but the parameters have {n_stored} layers (use depth= to switch layers off)."
+                )
             max_depth = n_stored
         max_depth = int(max_depth)
         if max_depth < 1:
@@ -402,13 +409,18 @@ class LinearTransformer(eqx.Module):
         **kw,
     ):
         """Every free parameter iid N(0, scale²) ("suitably scaled iid Gaussian", Ahn et al. §5.3, §6.1)."""
-        d, heads = _validate.integer("LinearTransformer.init: d", d), _validate.integer("LinearTransformer.init: heads", heads)
+        d, heads = (
+            _validate.integer("LinearTransformer.init: d", d),
+            _validate.integer("LinearTransformer.init: heads", heads),
+        )
         n_layers = _validate.integer("LinearTransformer.init: n_layers", n_layers)
         _validate.real("LinearTransformer.init: scale", scale, ge=0)
         if parametrization not in PARAMETRIZATIONS:
             raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}.")
         if parametrization != "full" and heads != 1:
-            raise ValueError(f"the {parametrization!r} parametrization has one head per layer; use 'full' for heads={heads}.")
+            raise ValueError(
+                f"the {parametrization!r} parametrization has one head per layer; use 'full' for heads={heads}."
+            )
         if parametrization == "single_layer" and n_layers != 1:
             raise ValueError(f"eq. (7) describes a single layer; got n_layers={n_layers}.")
         dtype = dtype or jnp.result_type(float)
@@ -495,7 +507,9 @@ class LinearTransformer(eqx.Module):
     def predict(self, prompt: Prompt, attention: str = "auto") -> Float[Array, ""]:
         """−[Z_L]_{d+1, n+1} (eq. 5) for one prompt."""
         if prompt.x.ndim != 2:
-            raise ValueError(f"predict takes one prompt (x of shape (n, d)); got {prompt.x.shape}. Use jax.vmap for a batch.")
+            raise ValueError(
+                f"predict takes one prompt (x of shape (n, d)); got {prompt.x.shape}. Use jax.vmap for a batch."
+            )
         self._check_width(prompt.x.shape[-1] + 1, "prompts")
         # one prompt: the associative layer (O(n d² + d³)); the batch kernel of predict_gram unrolls
         # (d+1)³ terms and was 8× slower than even the direct form under vmap at d = 10
@@ -517,12 +531,21 @@ class LinearTransformer(eqx.Module):
 
     def _gram_args(self, batch: GramBatch):
         if self.activation != "identity":
-            raise ValueError(f"Gram-form evaluation needs σ = identity (associativity); this model has σ = {self.activation}.")
+            raise ValueError(
+                f"Gram-form evaluation needs σ = identity (associativity); this model has σ = {self.activation}."
+            )
         self._check_width(batch.C.shape[0], "Gram statistics")
         P, Q = self.layer_weights()
         dtype = jnp.result_type(P.dtype, batch.C.dtype)
         n = jnp.asarray(batch.n).astype(dtype)
-        return (P.astype(dtype), Q.astype(dtype), self.layer_mask().astype(dtype), batch.C.astype(dtype), batch.z_query.astype(dtype), n)
+        return (
+            P.astype(dtype),
+            Q.astype(dtype),
+            self.layer_mask().astype(dtype),
+            batch.C.astype(dtype),
+            batch.z_query.astype(dtype),
+            n,
+        )
 
     def prediction_jacobian(self, batch: GramBatch) -> tuple[Float[Array, " B"], Float[Array, "B p"]]:
         """Predictions and their Jacobian with respect to the model's parameters, flattened in the
@@ -542,4 +565,3 @@ class LinearTransformer(eqx.Module):
         M = jax.jacfwd(weights_of)(theta).astype(pred.dtype)  # (p_PQ, p_θ)
         J_PQ = jnp.concatenate([dP.reshape(-1, B), dQ.reshape(-1, B)])  # (p_PQ, B)
         return pred, J_PQ.T @ M
-

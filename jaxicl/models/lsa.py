@@ -57,8 +57,7 @@ class LinearSelfAttention(eqx.Module):
         for name, w in (("W_kq", W_kq), ("W_pv", W_pv)):
             if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] < 2:
                 raise ValueError(
-                    f"LinearSelfAttention.{name} must be a (d+1, d+1) matrix with d >= 1, "
-                    f"got shape {w.shape}."
+                    f"LinearSelfAttention.{name} must be a (d+1, d+1) matrix with d >= 1, got shape {w.shape}."
                 )
         if W_kq.shape != W_pv.shape:
             raise ValueError(f"W_kq {W_kq.shape} and W_pv {W_pv.shape} must have the same shape.")
@@ -118,8 +117,7 @@ class LinearSelfAttention(eqx.Module):
         """f_LSA(E; θ) of eq. (3.3) for one embedded prompt."""
         if E.ndim != 2 or E.shape[0] != self.d + 1:
             raise ValueError(
-                f"LinearSelfAttention with d={self.d} expects an embedding of shape "
-                f"({self.d + 1}, n+1), got {E.shape}."
+                f"LinearSelfAttention with d={self.d} expects an embedding of shape ({self.d + 1}, n+1), got {E.shape}."
             )
         rho = E.shape[1] - 1
         return E + self.W_pv @ E @ (E.T @ self.W_kq @ E) / rho

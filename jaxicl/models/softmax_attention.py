@@ -39,19 +39,24 @@ class MultiHeadSoftmaxICL(eqx.Module):
             head_mask = jnp.ones(Q.shape[0], bool)
         head_mask = jnp.asarray(head_mask)
         if head_mask.shape != (Q.shape[0],) or head_mask.dtype != jnp.bool_:
-            raise ValueError(f"head_mask must be a boolean (H,) = ({Q.shape[0]},) array, got {head_mask.dtype} "
-                             f"{head_mask.shape}.")
+            raise ValueError(
+                f"head_mask must be a boolean (H,) = ({Q.shape[0]},) array, got {head_mask.dtype} {head_mask.shape}."
+            )
         self.Q, self.w, self.head_mask = Q, w, head_mask
 
     @classmethod
-    def init(cls, key: PRNGKeyArray, n_heads, d: int, K: int, beta: float = 1.0, max_heads: int | None = None,
-             dtype=None) -> "MultiHeadSoftmaxICL":
+    def init(
+        cls, key: PRNGKeyArray, n_heads, d: int, K: int, beta: float = 1.0, max_heads: int | None = None, dtype=None
+    ) -> "MultiHeadSoftmaxICL":
         """Prop. 1: Q_h(i, j) ~ N(0, β²) iid, w_h = 0.
 
         With ``max_heads`` the model has ``max_heads`` padded heads of which the first ``n_heads`` are active;
         ``n_heads`` may then be a traced integer (one program for every head count)."""
-        H = (_validate.integer("MultiHeadSoftmaxICL.init: max_heads", max_heads) if max_heads is not None
-             else _validate.integer("MultiHeadSoftmaxICL.init: n_heads", n_heads))
+        H = (
+            _validate.integer("MultiHeadSoftmaxICL.init: max_heads", max_heads)
+            if max_heads is not None
+            else _validate.integer("MultiHeadSoftmaxICL.init: n_heads", n_heads)
+        )
         if max_heads is None or not isinstance(n_heads, jax.core.Tracer):
             if not 1 <= _validate.integer("MultiHeadSoftmaxICL.init: n_heads", n_heads) <= H:
                 raise ValueError(f"need 1 <= n_heads <= max_heads, got n_heads={n_heads}, max_heads={H}.")

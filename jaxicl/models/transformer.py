@@ -85,11 +85,18 @@ def _remat() -> bool:
 
 def _fused_attention_ok(q) -> bool:
     c = q.shape[-1]
-    return (ATTENTION_IMPLEMENTATION == "auto" and jax.default_backend() == "gpu"
-            and q.dtype in (jnp.bfloat16, jnp.float16) and c % 8 == 0 and c <= 128)
+    return (
+        ATTENTION_IMPLEMENTATION == "auto"
+        and jax.default_backend() == "gpu"
+        and q.dtype in (jnp.bfloat16, jnp.float16)
+        and c % 8 == 0
+        and c <= 128
+    )
 
 
-def causal_attention(q: Float[Array, "T H c"], k: Float[Array, "T H c"], v: Float[Array, "T H c"]) -> Float[Array, "T H c"]:
+def causal_attention(
+    q: Float[Array, "T H c"], k: Float[Array, "T H c"], v: Float[Array, "T H c"]
+) -> Float[Array, "T H c"]:
     """softmax(q kᵀ/√c + causal mask) v for each head, the logits and softmax in float32 or wider whatever the
     compute dtype (float64 stays float64): cuDNN's fused (flash) attention through ``jax.nn.dot_product_attention`` where
     `ATTENTION_IMPLEMENTATION` allows it, else two einsums around an exp, normalised last (on the CPU this is
@@ -133,8 +140,9 @@ class Block(eqx.Module):
     b_ff2: Float[Array, " D"]
     n_heads: int = eqx.field(static=True)
 
-    def __init__(self, key: PRNGKeyArray, d_model: int, n_heads: int, d_ff: int, residual_scale: float = 1.0,
-                 dtype=None):
+    def __init__(
+        self, key: PRNGKeyArray, d_model: int, n_heads: int, d_ff: int, residual_scale: float = 1.0, dtype=None
+    ):
         if d_model % n_heads:
             raise ValueError(f"d_model = {d_model} is not divisible by n_heads = {n_heads}.")
         dtype = dtype or jnp.result_type(float)
@@ -175,13 +183,22 @@ class BlockStack(eqx.Module):
 
     blocks: Block
 
-    def __init__(self, key: PRNGKeyArray, n_layers: int, d_model: int, n_heads: int, d_ff: int,
-                 residual_scale: float = 1.0, dtype=None):
+    def __init__(
+        self,
+        key: PRNGKeyArray,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        residual_scale: float = 1.0,
+        dtype=None,
+    ):
         n_layers, d_model = _validate.integer("n_layers", n_layers), _validate.integer("d_model", d_model)
         n_heads, d_ff = _validate.integer("n_heads", n_heads), _validate.integer("d_ff", d_ff)
         _validate.real("residual_scale", residual_scale)
-        self.blocks = _stacked_blocks(jax.random.split(key, int(n_layers)), int(d_model), int(n_heads), int(d_ff),
-                                      float(residual_scale), dtype)
+        self.blocks = _stacked_blocks(
+            jax.random.split(key, int(n_layers)), int(d_model), int(n_heads), int(d_ff), float(residual_scale), dtype
+        )
 
     @property
     def n_layers(self) -> int:
@@ -195,8 +212,9 @@ class BlockStack(eqx.Module):
         params, static = eqx.partition(self.blocks, eqx.is_array)
         block = lambda h, p: (eqx.combine(p, static)(h), None)  # noqa: E731
         if _remat():
-            block = jax.checkpoint(block, policy=jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS),
-                                   prevent_cse=False)  # prevent_cse: not needed under scan
+            block = jax.checkpoint(
+                block, policy=jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS), prevent_cse=False
+            )  # prevent_cse: not needed under scan
         h, _ = jax.lax.scan(block, h, params, unroll=_unroll())
         return h
 
@@ -230,11 +248,15 @@ class ReadInOut(eqx.Module):
 
     def read_in(self, tokens: Float[Array, "T w"]) -> Float[Array, "T D"]:
         if tokens.ndim != 2 or tokens.shape[1] != self.w_in.shape[0]:
-            raise ValueError(f"the model reads tokens of width {self.w_in.shape[0]} as a (T, width) array; got shape "
-                             f"{tokens.shape} (batch prompts with jax.vmap).")
+            raise ValueError(
+                f"the model reads tokens of width {self.w_in.shape[0]} as a (T, width) array; got shape "
+                f"{tokens.shape} (batch prompts with jax.vmap)."
+            )
         if tokens.shape[0] > self.max_len:
-            raise ValueError(f"a prompt of {tokens.shape[0]} tokens is longer than the positional table "
-                             f"(max_len = {self.max_len}); build the model with a larger max_len.")
+            raise ValueError(
+                f"a prompt of {tokens.shape[0]} tokens is longer than the positional table "
+                f"(max_len = {self.max_len}); build the model with a larger max_len."
+            )
         tokens = tokens.astype(self.w_in.dtype)  # mixed precision: compute in the parameters' dtype
         return tokens @ self.w_in + self.b_in + self.positions[: tokens.shape[0]]
 
@@ -275,12 +297,24 @@ class StandardTransformer(_Transformer):
 
     layers: BlockStack
 
-    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, *, n_layers: int = 12, d_model: int = 256,
-                 n_heads: int = 8, d_ff: int | None = None, max_len: int = 101, dtype=None):
+    def __init__(
+        self,
+        key: PRNGKeyArray,
+        d_in: int,
+        d_out: int,
+        *,
+        n_layers: int = 12,
+        d_model: int = 256,
+        n_heads: int = 8,
+        d_ff: int | None = None,
+        max_len: int = 101,
+        dtype=None,
+    ):
         k1, k2 = jax.random.split(key)
         self.io = ReadInOut(k1, d_in, d_out, d_model, max_len, dtype)
-        self.layers = BlockStack(k2, n_layers, d_model, n_heads, d_ff or 4 * d_model, 1 / math.sqrt(2 * n_layers),
-                                 dtype)
+        self.layers = BlockStack(
+            k2, n_layers, d_model, n_heads, d_ff or 4 * d_model, 1 / math.sqrt(2 * n_layers), dtype
+        )
 
     def __call__(self, tokens: Float[Array, "T w"]) -> Float[Array, "T d_out"]:
         return self.io.read_out(self.layers(self.io.read_in(tokens)))
@@ -304,8 +338,9 @@ class _Looped(_Transformer):
         h = jax.lax.fori_loop(0, n_loops, lambda _, h: self._loop(h, e), self._init_state(e))
         return self._output(h)
 
-    def outputs_per_loop(self, tokens: Float[Array, "T w"], max_loops: int,
-                         first_loop: int = 1) -> Float[Array, "loops T d_out"]:
+    def outputs_per_loop(
+        self, tokens: Float[Array, "T w"], max_loops: int, first_loop: int = 1
+    ) -> Float[Array, "loops T d_out"]:
         """Predictions after ``first_loop``, …, ``max_loops`` loops (static counts; differentiable), for eq. (6):
         row i is the output after ``first_loop + i`` loops. The loops run in a ``lax.scan`` that keeps only the
         hidden states; the output map (AlgoFormer's TF_post and the read-out) then runs once on all of them,
@@ -323,7 +358,7 @@ class _Looped(_Transformer):
             return h, h
 
         hidden = jax.lax.scan(step, self._init_state(e), None, length=max_loops, unroll=_unroll())[1]
-        return jax.vmap(self._output)(hidden[first_loop - 1:])
+        return jax.vmap(self._output)(hidden[first_loop - 1 :])
 
 
 class LoopedTransformer(_Looped):
@@ -332,8 +367,19 @@ class LoopedTransformer(_Looped):
 
     loop: BlockStack
 
-    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, *, n_layers: int = 1, d_model: int = 256,
-                 n_heads: int = 8, d_ff: int | None = None, max_len: int = 101, dtype=None):
+    def __init__(
+        self,
+        key: PRNGKeyArray,
+        d_in: int,
+        d_out: int,
+        *,
+        n_layers: int = 1,
+        d_model: int = 256,
+        n_heads: int = 8,
+        d_ff: int | None = None,
+        max_len: int = 101,
+        dtype=None,
+    ):
         k1, k2 = jax.random.split(key)
         self.io = ReadInOut(k1, d_in, d_out, d_model, max_len, dtype)
         self.loop = BlockStack(k2, n_layers, d_model, n_heads, d_ff or 4 * d_model, dtype=dtype)
@@ -355,14 +401,26 @@ class AlgoFormer(_Looped):
     loop: BlockStack
     post: BlockStack
 
-    def __init__(self, key: PRNGKeyArray, d_in: int, d_out: int, *, layers=(1, 1, 1), heads=(8, 8, 8),
-                 d_model: int = 256, d_ff: int | None = None, max_len: int = 101, dtype=None):
+    def __init__(
+        self,
+        key: PRNGKeyArray,
+        d_in: int,
+        d_out: int,
+        *,
+        layers=(1, 1, 1),
+        heads=(8, 8, 8),
+        d_model: int = 256,
+        d_ff: int | None = None,
+        max_len: int = 101,
+        dtype=None,
+    ):
         if len(layers) != 3 or len(heads) != 3:
             raise ValueError(f"layers and heads are (pre, loop, post) triples; got layers={layers}, heads={heads}.")
         k1, *ks = jax.random.split(key, 4)
         self.io = ReadInOut(k1, d_in, d_out, d_model, max_len, dtype)
-        self.pre, self.loop, self.post = (BlockStack(k, n, d_model, h, d_ff or 4 * d_model, dtype=dtype)
-                                          for k, n, h in zip(ks, layers, heads))
+        self.pre, self.loop, self.post = (
+            BlockStack(k, n, d_model, h, d_ff or 4 * d_model, dtype=dtype) for k, n, h in zip(ks, layers, heads)
+        )
 
     def _init_state(self, e):
         return self.pre(e)

@@ -54,18 +54,26 @@ def plan_markdown(runs, budget_minutes: float | None = None) -> str:
     its models × steps, the measured step time, the time left and, with a ``--budget``, the slices it would take
     (each call of ``--budget M`` minutes gives every run still unfinished an equal share; the whole takes
     ⌈Σ time left / M⌉ calls when the papers' shares are used up in full)."""
-    lines = ["| training run | models × steps (left) | step time (all models) | device | time left |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| training run | models × steps (left) | step time (all models) | device | time left |",
+        "|---|---|---|---|---|",
+    ]
     for r in runs:
-        lines.append(f"| {r.label} | {r.members} × {r.n_steps:,} ({r.steps_left:,}) | {1e3 * r.seconds_per_step:.3g} ms "
-                     f"| {r.platform} | {_duration(r.seconds_left)} |")
+        lines.append(
+            f"| {r.label} | {r.members} × {r.n_steps:,} ({r.steps_left:,}) | {1e3 * r.seconds_per_step:.3g} ms "
+            f"| {r.platform} | {_duration(r.seconds_left)} |"
+        )
     total = sum(r.seconds_left for r in runs)
     lines.append(f"| **total** | {sum(r.members for r in runs)} models | | | **{_duration(total)}** |")
     if budget_minutes:
-        lines.append(f"\nWith `--budget {budget_minutes:g}`: about {math.ceil(total / (60 * budget_minutes))} call(s) "
-                     "of the same command (each resumes the checkpoints).")
+        lines.append(
+            f"\nWith `--budget {budget_minutes:g}`: about {math.ceil(total / (60 * budget_minutes))} call(s) "
+            "of the same command (each resumes the checkpoints)."
+        )
     else:
-        lines.append(f"\nIn slices of `--budget 60` (minutes): about {math.ceil(total / 3600)} call(s) of the same command.")
+        lines.append(
+            f"\nIn slices of `--budget 60` (minutes): about {math.ceil(total / 3600)} call(s) of the same command."
+        )
     return "\n".join(lines)
 
 

@@ -61,8 +61,9 @@ def record_seconds(seconds: dict[str, float]) -> None:
     try:
         local.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(local) as tmp:
-            Path(tmp).write_text(json.dumps({"seconds": known | {k: round(v, 1) for k, v in seconds.items()}},
-                                            indent=1, sort_keys=True))
+            Path(tmp).write_text(
+                json.dumps({"seconds": known | {k: round(v, 1) for k, v in seconds.items()}}, indent=1, sort_keys=True)
+            )
     except OSError:
         pass  # a read-only cache: the next run orders its jobs by the times it has
 
@@ -124,8 +125,11 @@ def stopping_children_on_signals():
 
     def stop(signum, frame):
         stop_children()
-        print(f"[jaxicl] stopped by {signal.Signals(signum).name}: every process of the run stopped; the papers that "
-              "finished are in the report, training checkpoints are kept (the same command resumes)", flush=True)
+        print(
+            f"[jaxicl] stopped by {signal.Signals(signum).name}: every process of the run stopped; the papers that "
+            "finished are in the report, training checkpoints are kept (the same command resumes)",
+            flush=True,
+        )
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
@@ -166,15 +170,17 @@ def run_watched(cmd: list[str], name: str) -> int | None:
                 pass
             idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
             if idle >= STALL_SECONDS:
-                print(f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
-                      "XLA:CPU; stopping it (its Python stacks follow)", flush=True)
+                print(
+                    f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "
+                    "XLA:CPU; stopping it (its Python stacks follow)",
+                    flush=True,
+                )
                 proc.send_signal(signal.SIGABRT)
                 proc.wait()
                 return None
     finally:
         with _children_lock:
             _children.discard(proc)
-
 
 
 class AcceleratorOwner:

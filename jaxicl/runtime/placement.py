@@ -74,8 +74,10 @@ def accelerator() -> jax.Device:
     devices = jax.devices()
     if devices[0].platform == "cpu":
         present = ", ".join(sorted({f"{d.platform} ({d.device_kind})" for d in devices}))
-        raise RuntimeError(f"--device gpu: this machine has no accelerator that JAX can use; devices present: {present}. "
-                           "Use --device cpu or auto.")
+        raise RuntimeError(
+            f"--device gpu: this machine has no accelerator that JAX can use; devices present: {present}. "
+            "Use --device cpu or auto."
+        )
     return devices[0]
 
 

@@ -101,8 +101,10 @@ class Stage:
 
     def describe(self) -> str:
         where = f" on {self.device}" if self.device else ""
-        return (f"{self.label}{where}: {self.wall:.1f} s (compile {self.compile:.1f} s, {self.programs} programs, "
-                f"{self.cache_hits} from cache; run {self.run:.1f} s)")
+        return (
+            f"{self.label}{where}: {self.wall:.1f} s (compile {self.compile:.1f} s, {self.programs} programs, "
+            f"{self.cache_hits} from cache; run {self.run:.1f} s)"
+        )
 
 
 class StageTimer:
@@ -123,8 +125,14 @@ class StageTimer:
     def lap(self, label: str) -> Stage:
         now = time.time()
         programs, hits = self._monitor.counts()
-        stage = Stage(label, time.perf_counter() - self._wall0, self._monitor.compile_seconds(self._time0, now),
-                      programs - self._counts0[0], hits - self._counts0[1], placement.platforms_since(self._placed0))
+        stage = Stage(
+            label,
+            time.perf_counter() - self._wall0,
+            self._monitor.compile_seconds(self._time0, now),
+            programs - self._counts0[0],
+            hits - self._counts0[1],
+            placement.platforms_since(self._placed0),
+        )
         self.stages.append(stage)
         if self.progress:
             print(f"  {stage.describe()}", flush=True)
@@ -137,5 +145,10 @@ class StageTimer:
 
 def total(stages: list[Stage], label: str = "total") -> Stage:
     """The sum of ``stages``."""
-    return Stage(label, sum(s.wall for s in stages), sum(s.compile for s in stages), sum(s.programs for s in stages),
-                 sum(s.cache_hits for s in stages))
+    return Stage(
+        label,
+        sum(s.wall for s in stages),
+        sum(s.compile for s in stages),
+        sum(s.programs for s in stages),
+        sum(s.cache_hits for s in stages),
+    )

@@ -81,8 +81,7 @@ class IdleClock:
         now = time.monotonic()
         paused = stopped or (self.max_gap is not None and now - self.last > self.max_gap)
         self.last = now
-        if (paused or cpu is None or self.cpu is None
-                or cpu - self.cpu > IDLE_CPU_FRACTION * (now - self.since) + _TICK):
+        if paused or cpu is None or self.cpu is None or cpu - self.cpu > IDLE_CPU_FRACTION * (now - self.since) + _TICK:
             self.cpu, self.since = cpu, now
         return now - self.since
 
@@ -102,13 +101,21 @@ def restart_this_command(idle_seconds: float) -> None:
     """The default action on a stall: print why and every thread's Python stack, then replace this process by the
     same command (``sys.orig_argv``), marked in the environment; if it already was a restart, exit instead."""
     again = os.environ.get(RESTARTED_ENV) == "1"
-    print(f"[jaxicl] this process has used (almost) no CPU time for {idle_seconds:.0f} s: deadlocked in XLA:CPU "
-          "(benchmarks/README.md); its Python stacks follow", file=sys.stderr, flush=True)
+    print(
+        f"[jaxicl] this process has used (almost) no CPU time for {idle_seconds:.0f} s: deadlocked in XLA:CPU "
+        "(benchmarks/README.md); its Python stacks follow",
+        file=sys.stderr,
+        flush=True,
+    )
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stdout.flush()
     if again:
-        print("[jaxicl] deadlocked a second time: giving up; run the same command again (the compilation cache and "
-              "checkpoints keep what was done)", file=sys.stderr, flush=True)
+        print(
+            "[jaxicl] deadlocked a second time: giving up; run the same command again (the compilation cache and "
+            "checkpoints keep what was done)",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(EXIT_DEADLOCKED)
     print("[jaxicl] starting the same command again", file=sys.stderr, flush=True)
     os.environ[RESTARTED_ENV] = "1"
@@ -119,7 +126,8 @@ def restart_this_command(idle_seconds: float) -> None:
 def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
     threads have used (almost) no CPU time (`IdleClock`) for ``stall_seconds`` (default
-    `STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z) does not count. Nothing is watched where ``/proc`` is missing. Only for a process
+    `STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z) does not count. Nothing is
+    watched where ``/proc`` is missing. Only for a process
     that does its work itself: one that waits on others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
     if not stall > 0:

@@ -74,7 +74,7 @@ def concurrent_lapack_calls(hlo_text: str, min_work: float = 0.0) -> list[tuple[
         elif current is not None and (m := _INSTRUCTION.match(line)):
             name, rest = m.groups()
             op = re.search(r"\s[a-z][\w\-]*\(", " " + rest)
-            args = rest[op.end() - 2:] if op else ""
+            args = rest[op.end() - 2 :] if op else ""
             depth, end = 0, len(args)
             for i, ch in enumerate(args):  # the operand list: up to the parenthesis that closes it
                 depth += (ch == "(") - (ch == ")")
@@ -82,8 +82,11 @@ def concurrent_lapack_calls(hlo_text: str, min_work: float = 0.0) -> list[tuple[
                     end = i
                     break
             called = re.findall(r"(?:condition|body|calls|to_apply)=%([\w.\-]+)", rest)
-            called += [c for group in re.findall(r"branch_computations=\{([^}]*)\}", rest)
-                       for c in re.findall(r"%([\w.\-]+)", group)]
+            called += [
+                c
+                for group in re.findall(r"branch_computations=\{([^}]*)\}", rest)
+                for c in re.findall(r"%([\w.\-]+)", group)
+            ]
             operands = re.findall(r"%([\w.\-]+)", args[:end])
             if control := re.search(r"control-predecessors=\{([^}]*)\}", rest):  # ordering edges, like operands
                 operands += re.findall(r"%([\w.\-]+)", control.group(1))
@@ -121,6 +124,10 @@ def concurrent_lapack_calls(hlo_text: str, min_work: float = 0.0) -> list[tuple[
                 for o in instructions[name][0]:
                     if o in instructions:
                         ancestors[name] |= ancestors[o] | bit[o]
-        pairs += [(computation, a, b) for i, a in enumerate(calls) for b in calls[i + 1:]
-                  if not (ancestors[b] & bit[a] or ancestors[a] & bit[b])]
+        pairs += [
+            (computation, a, b)
+            for i, a in enumerate(calls)
+            for b in calls[i + 1 :]
+            if not (ancestors[b] & bit[a] or ancestors[a] & bit[b])
+        ]
     return pairs

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 
-
 # XLA options the command sets unless the user's XLA_FLAGS already name them:
 # - GEMM autotuning took most of the GPU compilation of the reproductions' many small programs (gatmiry2024's Fig. 1
 #   sweep: 34.7 s → 8.3 s on an H100, same numbers and run time); training programs ask for it back

@@ -2,20 +2,20 @@
 
 from .covariance import (
     CovariancePrior,
+    DiscreteScale,
     FixedCovariance,
     RandomDiagonalCovariance,
     RandomRotationCovariance,
-    check_covariance,
-    check_orthogonal,
-    rotated_covariance,
-    gauss_rule_two_nodes,
-    DiscreteScale,
     RandomSpectrumCovariance,
-    ScalePrior,
     ScaledIdentityCovariance,
+    ScalePrior,
     UniformScale,
     WindowedScale,
+    check_covariance,
+    check_orthogonal,
     gauss_legendre,
+    gauss_rule_two_nodes,
+    rotated_covariance,
 )
 from .linear_regression import FixedGramRegression, LinearRegression, Prompt, embed
 from .sequence import (

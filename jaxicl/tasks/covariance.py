@@ -54,9 +54,7 @@ def check_covariance(lam, name: str = "covariance") -> None:
         )
     eig_min = np.linalg.eigvalsh((lam + lam.T) / 2).min()
     if eig_min <= 0:
-        raise ValueError(
-            f"{name} must be positive definite; its smallest eigenvalue is {eig_min:.3e}."
-        )
+        raise ValueError(f"{name} must be positive definite; its smallest eigenvalue is {eig_min:.3e}.")
 
 
 class CovariancePrior(eqx.Module):
@@ -261,9 +259,15 @@ class DiscreteScale(ScalePrior):
 
     def __init__(self, values, probs=None):
         values = jnp.atleast_1d(jnp.asarray(values, dtype=float))
-        probs = jnp.full(values.shape, 1.0 / values.shape[0], values.dtype) if probs is None else jnp.asarray(probs, values.dtype)
+        probs = (
+            jnp.full(values.shape, 1.0 / values.shape[0], values.dtype)
+            if probs is None
+            else jnp.asarray(probs, values.dtype)
+        )
         if values.ndim != 1 or probs.shape != values.shape:
-            raise ValueError(f"DiscreteScale needs 1-D values and probs of the same shape, got {values.shape}, {probs.shape}.")
+            raise ValueError(
+                f"DiscreteScale needs 1-D values and probs of the same shape, got {values.shape}, {probs.shape}."
+            )
         if is_concrete(values):
             _validate.real("DiscreteScale: values", values, gt=0, scalar=False)
         if is_concrete(probs):
@@ -311,8 +315,10 @@ class WindowedScale(ScalePrior):
         if is_concrete(width) and is_concrete(centers):
             s_min, w = float(np.asarray(centers)[0]), float(width)
             if not s_min - w > 0:
-                raise ValueError(f"the window [{s_min - w:g}, …] leaves (0, ∞): s_min − w must be > 0 "
-                                 f"(s_min = {s_min:g}, w = {w:g}).")
+                raise ValueError(
+                    f"the window [{s_min - w:g}, …] leaves (0, ∞): s_min − w must be > 0 "
+                    f"(s_min = {s_min:g}, w = {w:g})."
+                )
         self.centers, self.width = centers, width
 
     def pieces(self):
@@ -374,7 +380,9 @@ class ScaledIdentityCovariance(CovariancePrior):
         if int(d) < 1:
             raise ValueError(f"ScaledIdentityCovariance needs d >= 1, got d={d}.")
         if not isinstance(scale, ScalePrior):
-            raise TypeError(f"scale must be a ScalePrior (UniformScale, DiscreteScale, WindowedScale), got {type(scale).__name__}.")
+            raise TypeError(
+                f"scale must be a ScalePrior (UniformScale, DiscreteScale, WindowedScale), got {type(scale).__name__}."
+            )
         self.d, self.scale = int(d), scale
 
     def sample(self, key):
@@ -396,7 +404,9 @@ class RandomSpectrumCovariance(CovariancePrior):
         self.alpha, self.beta = jnp.asarray(alpha, dtype=float), jnp.asarray(beta, dtype=float)
         _positive_scalar(self.alpha, "alpha")
         if is_concrete(self.alpha) and is_concrete(self.beta) and not float(self.alpha) < float(self.beta):
-            raise ValueError(f"the spectrum interval needs alpha < beta, got alpha={float(self.alpha)}, beta={float(self.beta)}.")
+            raise ValueError(
+                f"the spectrum interval needs alpha < beta, got alpha={float(self.alpha)}, beta={float(self.beta)}."
+            )
         self.d = int(d)
 
     def sample(self, key):

@@ -79,9 +79,7 @@ class LinearRegression(eqx.Module):
         elif not isinstance(covariance, CovariancePrior):
             covariance = FixedCovariance(covariance)
         if covariance.d != int(d):
-            raise ValueError(
-                f"covariance is {covariance.d}-dimensional but the task has d={d}."
-            )
+            raise ValueError(f"covariance is {covariance.d}-dimensional but the task has d={d}.")
         noise_std = jnp.asarray(_validate.real("LinearRegression: noise_std", noise_std, ge=0), dtype=float)
         self.d = int(d)
         self.n_context = int(n_context)

@@ -59,14 +59,15 @@ def garg_encoding(xs: Float[Array, "N d"], ys: Float[Array, "N m"], ys_clean=Non
     return SequencePrompt(tokens, at_x(ys), at_x(ys if ys_clean is None else ys_clean), mask)
 
 
-def stacked_encoding(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_context: int, ys_clean=None
-                     ) -> SequencePrompt:
+def stacked_encoding(xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_context: int, ys_clean=None) -> SequencePrompt:
     """Tokens (x_i, y_i) for i ≤ n_context, then queries (x_i, 0) whose predictions are scored (eq. (2)/(4)
     of Yang et al.; the column-stacked prompt of the linear papers with the columns as tokens)."""
     N = xs.shape[0]
     if not 1 <= n_context < N:
-        raise ValueError(f"need 1 <= n_context < number of examples ({N}) so that at least one query remains; "
-                         f"got n_context={n_context}.")
+        raise ValueError(
+            f"need 1 <= n_context < number of examples ({N}) so that at least one query remains; "
+            f"got n_context={n_context}."
+        )
     query = jnp.arange(N) >= n_context
     tokens = jnp.concatenate([xs, jnp.where(query[:, None], 0.0, ys)], axis=1)
     return SequencePrompt(tokens, ys, ys if ys_clean is None else ys_clean, query.astype(xs.dtype))
@@ -82,8 +83,9 @@ def template_encoding(prompt: TemplatePrompt, clean=None) -> SequencePrompt:
     shown = jnp.where(jnp.arange(K) < N, y_all, 0.0)
     v = jnp.broadcast_to(prompt.tokens.astype(y_all.dtype), (*y_all.shape, prompt.tokens.shape[1]))
     clean = y_all if clean is None else clean
-    return SequencePrompt(jnp.concatenate([v, shown[..., None]], -1), y_all[..., None], clean[..., None],
-                          jnp.ones_like(y_all))
+    return SequencePrompt(
+        jnp.concatenate([v, shown[..., None]], -1), y_all[..., None], clean[..., None], jnp.ones_like(y_all)
+    )
 
 
 def next_token_encoding(seq: Float[Array, "S d"], mask: Float[Array, " S"], clean=None) -> SequencePrompt:
@@ -109,8 +111,9 @@ class LeakyReluMLP(eqx.Module):
         dtype = dtype or jnp.result_type(float)
         gain = math.sqrt(2 / (1 + slope**2))
         keys = jax.random.split(key, len(sizes) - 1)
-        self.weights = tuple(gain / math.sqrt(a) * jax.random.normal(k, (a, b), dtype)
-                             for k, a, b in zip(keys, sizes[:-1], sizes[1:]))
+        self.weights = tuple(
+            gain / math.sqrt(a) * jax.random.normal(k, (a, b), dtype) for k, a, b in zip(keys, sizes[:-1], sizes[1:])
+        )
         self.slope = float(slope)
 
     @property
@@ -154,7 +157,8 @@ def _active(xs, d_active):
 class RepresentationRegression(_SequenceTask):
     """y_i = A Φ*(x_i) + ε_i, x_i ~ N(0, Λ), A ~ N(0, I/k) ∈ R^{m×k}, ε ~ N(0, σ² I_m) (AlgoFormer §3.1, §5.1).
 
-    ``noise_std`` σ is an array leaf (``vmap`` over tasks of several σ). ``phi=None`` is noisy linear regression (k = d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
+    ``noise_std`` σ is an array leaf (``vmap`` over tasks of several σ). ``phi=None`` is noisy linear regression (k =
+    d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
     ``covariance``: a `CovariancePrior` for Λ (identity by default; Zhang et al.'s random diagonal
     covariance for Fig. 1). Prompts of N = ``n_context`` examples in the ``encoding`` "garg" (predictions
     at every prefix) or "stacked" (the last example is the query)."""
@@ -167,8 +171,16 @@ class RepresentationRegression(_SequenceTask):
     phi: LeakyReluMLP | None
     covariance: CovariancePrior
 
-    def __init__(self, d: int, n_context: int, phi: LeakyReluMLP | None = None, noise_std=0.0,
-                 covariance: CovariancePrior | None = None, d_out: int = 1, encoding: str = "garg"):
+    def __init__(
+        self,
+        d: int,
+        n_context: int,
+        phi: LeakyReluMLP | None = None,
+        noise_std=0.0,
+        covariance: CovariancePrior | None = None,
+        d_out: int = 1,
+        encoding: str = "garg",
+    ):
         self.d = _positive_int("d", d)
         self.n_context = _positive_int("n_context", n_context)
         self.d_out = _positive_int("d_out", d_out)
@@ -188,12 +200,14 @@ class RepresentationRegression(_SequenceTask):
         self.covariance = covariance
 
     def with_context(self, n_context: int) -> "RepresentationRegression":
-        return RepresentationRegression(self.d, n_context, self.phi, self.noise_std, self.covariance, self.d_out,
-                                        self.encoding)
+        return RepresentationRegression(
+            self.d, n_context, self.phi, self.noise_std, self.covariance, self.d_out, self.encoding
+        )
 
     def with_covariance(self, covariance: CovariancePrior) -> "RepresentationRegression":
-        return RepresentationRegression(self.d, self.n_context, self.phi, self.noise_std, covariance, self.d_out,
-                                        self.encoding)
+        return RepresentationRegression(
+            self.d, self.n_context, self.phi, self.noise_std, covariance, self.d_out, self.encoding
+        )
 
     def sample_xy(self, key: PRNGKeyArray, d_active=None):
         """(xs (N, d), ys (N, m), clean ys, A) of one prompt."""
@@ -236,8 +250,9 @@ class ARRepresentation(_SequenceTask):
         self.d, self.q = _positive_int("d", d), _positive_int("q", q)
         self.n_context = _positive_int("n_context", n_context, self.q + 2)
         if phi.d_in != self.q * self.d:
-            raise ValueError(f"phi must read the window [x_(t+1-q), …, x_t] of width q·d = {self.q * self.d}; "
-                             f"it reads {phi.d_in}.")
+            raise ValueError(
+                f"phi must read the window [x_(t+1-q), …, x_t] of width q·d = {self.q * self.d}; it reads {phi.d_in}."
+            )
         self.phi, self.noise_std, self.gain = phi, _noise(noise_std), float(_validate.real("gain", gain))
 
     @property

@@ -62,8 +62,10 @@ def check_dictionary(tokens, n_context: int) -> None:
     norms = np.linalg.norm(v, axis=1)
     if np.max(np.abs(norms - 1)) > 1e-5:
         k = int(np.argmax(np.abs(norms - 1)))
-        raise ValueError(f"tokens must have unit norm (‖v_k‖ = 1, §2); ‖v_{k}‖ = {norms[k]:.6g}. "
-                         "Normalise them: tokens / norm(tokens, axis=1, keepdims=True).")
+        raise ValueError(
+            f"tokens must have unit norm (‖v_k‖ = 1, §2); ‖v_{k}‖ = {norms[k]:.6g}. "
+            "Normalise them: tokens / norm(tokens, axis=1, keepdims=True)."
+        )
     K, N = v.shape[0], int(n_context)
     if not 1 <= N < K:
         raise ValueError(f"the prompt must show 1 <= N < K tokens (N ≪ K in the paper); got N={N}, K={K}.")
@@ -125,14 +127,19 @@ class TemplateRegression(eqx.Module):
             try:
                 features = jax.vmap(fn)(tokens)
             except Exception as err:  # noqa: BLE001 - re-raised with context
-                raise ValueError(f"the representation f failed on a (d,) token of d = {tokens.shape[1]}: {err}") from err
+                raise ValueError(
+                    f"the representation f failed on a (d,) token of d = {tokens.shape[1]}: {err}"
+                ) from err
             if features.ndim != 2:
-                raise ValueError(f"the representation f must map a (d,) token to an (m,) vector; it returned shape "
-                                 f"{features.shape[1:]} per token.")
+                raise ValueError(
+                    f"the representation f must map a (d,) token to an (m,) vector; it returned shape "
+                    f"{features.shape[1:]} per token."
+                )
         features = jnp.asarray(features)
         if features.ndim != 2 or features.shape[0] != K or features.shape[1] < 1:
-            raise ValueError(f"features must be f(v_k) for the K = {K} tokens, shape (K, m) = ({K}, m), got "
-                             f"{features.shape}.")
+            raise ValueError(
+                f"features must be f(v_k) for the K = {K} tokens, shape (K, m) = ({K}, m), got {features.shape}."
+            )
         if is_concrete(features) and not np.all(np.isfinite(np.asarray(features))):
             raise ValueError("features f(v_k) have non-finite entries.")
         if coefficients not in COEFFICIENTS:
@@ -190,8 +197,9 @@ class TemplateRegression(eqx.Module):
     def with_coefficients(self, mean=0.0, std=1.0, coefficients=None) -> "TemplateRegression":
         """The same dictionary and representation with another law of λ (e.g. ``mean=1, std=2`` for the
         out-of-domain test set of §4, λ ~ N(1_m, 4I))."""
-        return TemplateRegression(self.tokens, self.features, self.n_context, self.tau, mean, std,
-                                  coefficients or self.coefficients)
+        return TemplateRegression(
+            self.tokens, self.features, self.n_context, self.tau, mean, std, coefficients or self.coefficients
+        )
 
     # --- sampling ---------------------------------------------------------------------------------
     def sample_coefficients(self, key: PRNGKeyArray, batch: int) -> Float[Array, "batch m"]:

@@ -108,8 +108,9 @@ def gd_loss(prompts: Prompt, step, n_steps, preconditioner=None, max_steps: int 
     return _half_mse(pred, prompts.y_query)
 
 
-def best_gd_step(prompts: Prompt, n_steps, preconditioner=None, max_steps: int | None = None,
-                 n_grid: int = 48, n_refine: int = 3) -> Float[Array, ""]:
+def best_gd_step(
+    prompts: Prompt, n_steps, preconditioner=None, max_steps: int | None = None, n_grid: int = 48, n_refine: int = 3
+) -> Float[Array, ""]:
     """The constant step minimizing `gd_loss` on ``prompts``: a log-spaced grid over
     [1e-3, 10], then ``n_refine`` rounds of a finer grid around the best point."""
     losses_at = jax.vmap(lambda s: gd_loss(prompts, s, n_steps, preconditioner, max_steps))

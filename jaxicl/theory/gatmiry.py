@@ -21,13 +21,12 @@ p(s) = Π_t (1 − a_t s), p(0) = 1, and the worst relative error |TF − w*ᵀx
 from __future__ import annotations
 
 import equinox as eqx
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..models.linear_transformer import GramBatch, LinearTransformer
 from .._validate import is_concrete
+from ..models.linear_transformer import GramBatch, LinearTransformer
 from ..tasks.covariance import host_array
 from ..tasks.linear_regression import Prompt
 
@@ -121,7 +120,7 @@ def worst_case_error(fn, alpha, beta, grid: int = 20001, refine: int = 60, candi
     s = np.linspace(alpha, beta, grid)
     v = np.abs(np.asarray(fn(s), float))
     h = s[1] - s[0]
-    cand = np.argsort(v)[-int(candidates):]
+    cand = np.argsort(v)[-int(candidates) :]
     a, b = np.maximum(alpha, s[cand] - h), np.minimum(beta, s[cand] + h)
     g = (np.sqrt(5) - 1) / 2
     for _ in range(refine):
@@ -267,8 +266,14 @@ def adaptive_depth(model: LinearTransformer, prompt: Prompt, eps):
     ε/‖x_q‖_{XXᵀ} should read ε/‖x_q‖_{(XXᵀ)⁻¹}; Cauchy–Schwarz in the proof needs the inverse.)
 
     Returns (ℓ, |TF_ℓ − y_q|, the per-layer test statistic); ℓ = −1 if no layer passes."""
-    Zs = model.all_layers(jnp.concatenate([jnp.concatenate([prompt.x, prompt.x_query[None]]).T,
-                                           jnp.concatenate([prompt.y, jnp.zeros(1, prompt.y.dtype)])[None]]))
+    Zs = model.all_layers(
+        jnp.concatenate(
+            [
+                jnp.concatenate([prompt.x, prompt.x_query[None]]).T,
+                jnp.concatenate([prompt.y, jnp.zeros(1, prompt.y.dtype)])[None],
+            ]
+        )
+    )
     n = prompt.x.shape[0]
     y_rows = Zs[:, -1, :n]
     G = prompt.x.T @ prompt.x

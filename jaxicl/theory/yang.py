@@ -30,7 +30,6 @@ from ..losses.template import template_loss
 from ..models.softmax_attention import MultiHeadSoftmaxICL
 from ..tasks.template_regression import TemplateRegression
 
-
 # Every array-valued function below is jitted (``eqx.filter_jit``): the checks call them eagerly, where their jnp
 # operations compiled one XLA program each (some 90 in a quick yang2024 run). ``inference_bound`` is two programs: one would
 # hold two independent LAPACK calls, which XLA:CPU can deadlock on (see ``expected_gap``).
@@ -52,7 +51,9 @@ def optimal_prediction_matrix(task: TemplateRegression) -> Float[Array, "N K"]:
     A = A(mτ) of eq. (34) under Assumption 1 (S = I)."""
     S, Z, N, K = task.coef_second_moment(), task.Z, task.n_context, task.K
     c = task.tau * jnp.trace(S)
-    return jnp.linalg.solve(Z.T @ S @ Z + c * jnp.eye(N, dtype=Z.dtype), Z.T @ S @ task.Z_hat + c * jnp.eye(N, K, dtype=Z.dtype))
+    return jnp.linalg.solve(
+        Z.T @ S @ Z + c * jnp.eye(N, dtype=Z.dtype), Z.T @ S @ task.Z_hat + c * jnp.eye(N, K, dtype=Z.dtype)
+    )
 
 
 @eqx.filter_jit
@@ -186,11 +187,15 @@ def theorem1_constants(model0: MultiHeadSoftmaxICL, task: TemplateRegression) ->
     d0 = float(excess_loss(model0.prediction_matrix(task.tokens, N), task))
     if not z0 > 0:
         raise ValueError(f"Assumption 2 fails at this initialisation (ζ0 = {z0:.3g}); use H >= N heads (Prop. 1).")
-    gamma = z0 ** -1.25 * math.sqrt(128 * math.sqrt(2) / (math.sqrt(2) - 1) * zbn**2 * math.sqrt(H) * fbar * K**1.5 * d0)
+    gamma = z0**-1.25 * math.sqrt(128 * math.sqrt(2) / (math.sqrt(2) - 1) * zbn**2 * math.sqrt(H) * fbar * K**1.5 * d0)
     abar = 4 * math.sqrt(2 * K) * zbn * math.sqrt(d0) / (gamma * z0)
     L2 = 2 * ((2 * gamma * zbn**2 * (2 * gamma * H * abar + A_norm)) ** 2 / K + gamma**4 * H**2 * zbn**4 / K**2)
-    L2 += 8 * (gamma * fbar * zbn / K) ** 2 * max(1.0, 4 * K * abar**2) * (
-        (abar * gamma * H) ** 2 + 4 * N * (abar * gamma * H + A_norm) ** 2)
+    L2 += (
+        8
+        * (gamma * fbar * zbn / K) ** 2
+        * max(1.0, 4 * K * abar**2)
+        * ((abar * gamma * H) ** 2 + 4 * N * (abar * gamma * H + A_norm) ** 2)
+    )
     L = math.sqrt(L2)
     eta_Q = 1.0 / L
     eta_w = gamma**2 * eta_Q
@@ -237,7 +242,7 @@ def ridge_coefficients(y: Float[Array, "*batch N"], task: TemplateRegression, pe
 
 def _complete(y, lam, task):
     """(y, (Z^Q)ᵀ λ): the given labels, then the template's prediction for the K − N unseen tokens."""
-    return jnp.concatenate([y, lam @ task.features[task.n_context:].T], axis=-1)
+    return jnp.concatenate([y, lam @ task.features[task.n_context :].T], axis=-1)
 
 
 @eqx.filter_jit

@@ -9,6 +9,7 @@ from ..settings import Sized
 NAME = "gatmiry2024"
 TITLE = "On the role of depth and looping for in-context learning with task diversity (Gatmiry et al.)"
 
+
 @dataclasses.dataclass(frozen=True)
 class Config(Sized):
     d: int = 10
@@ -45,23 +46,42 @@ class Config(Sized):
 
     def largest_arrays(self) -> dict[str, int]:
         e, models = self.d + 1, len(self.kappas) * self.seeds * len(self.depths)
-        return {"the training prompts of Fig. 1's models, through their layers (float64)":
-                8 * models * self.batch * (self.n + 1) * e * max(self.depths),
-                "the test prompts (float64)": 8 * len(self.kappas) * self.test_batch * (self.n + 1) * e,
-                "Thm 3's instances (float64)": 8 * len(self.thm3_kappas) * self.thm3_instances * self.d**2}
+        return {
+            "the training prompts of Fig. 1's models, through their layers (float64)": 8
+            * models
+            * self.batch
+            * (self.n + 1)
+            * e
+            * max(self.depths),
+            "the test prompts (float64)": 8 * len(self.kappas) * self.test_batch * (self.n + 1) * e,
+            "Thm 3's instances (float64)": 8 * len(self.thm3_kappas) * self.thm3_instances * self.d**2,
+        }
 
     def contradictions(self) -> list[str]:
         wide = [w for w in self.fig2_windows if w >= 1]
-        out = [f"fig2_windows {wide} reach s ≤ 0: the training scales start at 1 (§5: [1, 8]), so every window "
-               "w must be below 1"] if wide else []
-        out += [f"{k} = {getattr(self, k):g} is outside (0, 1): it is a relative error the theorems take below 1"
-                for k in ("eps", "thm3_eps") if not 0 < getattr(self, k) < 1]
+        out = (
+            [
+                f"fig2_windows {wide} reach s ≤ 0: the training scales start at 1 (§5: [1, 8]), so every window "
+                "w must be below 1"
+            ]
+            if wide
+            else []
+        )
+        out += [
+            f"{k} = {getattr(self, k):g} is outside (0, 1): it is a relative error the theorems take below 1"
+            for k in ("eps", "thm3_eps")
+            if not 0 < getattr(self, k) < 1
+        ]
         if self.steps < self.curve_windows:
-            out.append(f"steps = {self.steps} is below curve_windows = {self.curve_windows}: each window of the "
-                       "training curve averages one step or more")
+            out.append(
+                f"steps = {self.steps} is below curve_windows = {self.curve_windows}: each window of the "
+                "training curve averages one step or more"
+            )
         if max(self.fg_depths) > max(self.depths):
-            out.append(f"fg_depths reach {max(self.fg_depths)}, past the largest of depths ({max(self.depths)}): the "
-                       "fixed-Gram models are compared with Fig. 1's optimum at their depth")
+            out.append(
+                f"fg_depths reach {max(self.fg_depths)}, past the largest of depths ({max(self.depths)}): the "
+                "fixed-Gram models are compared with Fig. 1's optimum at their depth"
+            )
         return out
 
 
@@ -101,10 +121,19 @@ SETTINGS_DOCS = {
 }
 
 SIZES = {
-    "quick": Config(lr=3e-3),  # short training: a larger step (stable at 400 steps; 1e-3 is needed at 2,000, see run notes)
-    "full": Config(depths=tuple(range(1, 11)), seeds=3, batch=256, steps=2000, test_batch=100_000,
-                   thm3_instances=256, learned_kappas=(2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
-                   learned_steps=8),
+    "quick": Config(
+        lr=3e-3
+    ),  # short training: a larger step (stable at 400 steps; 1e-3 is needed at 2,000, see run notes)
+    "full": Config(
+        depths=tuple(range(1, 11)),
+        seeds=3,
+        batch=256,
+        steps=2000,
+        test_batch=100_000,
+        thm3_instances=256,
+        learned_kappas=(2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
+        learned_steps=8,
+    ),
 }
 
 

@@ -16,6 +16,7 @@ from ...theory import gatmiry as G
 from ..report import Check, fmt, premise
 from .config import LBFGS_FTOL, NAME, Config
 
+
 # --- theory checks (float64) -------------------------------------------------------------------------
 def _depth_law_checks(cfg: Config, need: dict) -> list[Check]:
     """The depth each construction needs for worst error ≤ ε against Thms 2 and 4's laws. The closed forms give
@@ -27,24 +28,41 @@ def _depth_law_checks(cfg: Config, need: dict) -> list[Check]:
     single κ there is no slope: "not applicable"."""
     kappas = np.asarray(cfg.construct_kappas, float)
     z = (kappas + 1) / (kappas - 1)
-    laws = (("gd", 1.0, "κ·log(1/ε)", np.log(1 / cfg.eps) / np.log(z)),
-            ("chebyshev", 0.5, "√κ·log(1/ε)", np.arccosh(1 / cfg.eps) / np.arccosh(z)))
+    laws = (
+        ("gd", 1.0, "κ·log(1/ε)", np.log(1 / cfg.eps) / np.log(z)),
+        ("chebyshev", 0.5, "√κ·log(1/ε)", np.arccosh(1 / cfg.eps) / np.arccosh(z)),
+    )
     logk = np.log(kappas)
     checks = []
     for name, expo, law, x in laws:
         depth = np.array([need[(name, k)] for k in cfg.construct_kappas], float)
         claim = f"depth for worst error ≤ {cfg.eps:g} grows like {law} ({name})"
         if len(set(kappas)) < 2:
-            checks.append(Check(claim, f"slope of log L vs log κ = {expo}", f"L = {fmt(depth, 5)}", "—", None,
-                                applicable=False, reason=f"one κ ({kappas[0]:g}): a slope needs two or more"))
+            checks.append(
+                Check(
+                    claim,
+                    f"slope of log L vs log κ = {expo}",
+                    f"L = {fmt(depth, 5)}",
+                    "—",
+                    None,
+                    applicable=False,
+                    reason=f"one κ ({kappas[0]:g}): a slope needs two or more",
+                )
+            )
             continue
         w = (logk - logk.mean()) / np.sum((logk - logk.mean()) ** 2)
         slope, exact = float(w @ np.log(depth)), float(w @ np.log(x))
         tol = float(np.abs(w) @ np.log1p(1 / x))
-        checks.append(Check(claim, f"slope {exact:.4f} (closed-form depths ⌈x(κ)⌉ = {fmt(np.ceil(x), 5)}; → {expo} as "
-                            "κ → ∞)", f"L = {fmt(depth, 5)}, slope {slope:.4f}",
-                            f"{tol:.1e} (rounding L up to an integer)", bool(abs(slope - exact) <= tol),
-                            kind="formulas"))  # depths of the residual polynomials, not of the model
+        checks.append(
+            Check(
+                claim,
+                f"slope {exact:.4f} (closed-form depths ⌈x(κ)⌉ = {fmt(np.ceil(x), 5)}; → {expo} as κ → ∞)",
+                f"L = {fmt(depth, 5)}, slope {slope:.4f}",
+                f"{tol:.1e} (rounding L up to an integer)",
+                bool(abs(slope - exact) <= tol),
+                kind="formulas",
+            )
+        )  # depths of the residual polynomials, not of the model
     return checks
 
 
@@ -65,26 +83,54 @@ def check_constructions(cfg: Config):
             pred = [G.gd_worst_error(kappa, L), G.chebyshev_worst_error(kappa, L), G.newton_worst_error(kappa, L)]
             rows.append((kappa, L, sim, pred))
             errs.append(max(abs(s / p - 1) for s, p in zip(sim, pred)))
-    checks = [Check("Thms 2, 4, 5: worst error over αI ≼ Σ ≼ βI of GD, Chebyshev (through the model) and Newton",
-                    "((κ−1)/(κ+1))^L, 1/T_L((κ+1)/(κ−1)), ((κ²−1)/(κ²+1))^{2^L}",
-                    f"max relative deviation {max(errs):.1e} over κ ∈ {list(cfg.construct_kappas)}, L ∈ {list(cfg.construct_depths)}",
-                    "≤ 1e-8", bool(max(errs) <= 1e-8))]
+    checks = [
+        Check(
+            "Thms 2, 4, 5: worst error over αI ≼ Σ ≼ βI of GD, Chebyshev (through the model) and Newton",
+            "((κ−1)/(κ+1))^L, 1/T_L((κ+1)/(κ−1)), ((κ²−1)/(κ²+1))^{2^L}",
+            f"max relative deviation {max(errs):.1e} over κ ∈ {list(cfg.construct_kappas)}, L ∈ {list(cfg.construct_depths)}",
+            "≤ 1e-8",
+            bool(max(errs) <= 1e-8),
+        )
+    ]
     need = {}
     for kappa in cfg.construct_kappas:  # bisection brackets: twice the asymptotic depths
         a = G.gd_step(1.0, kappa)
         need[("gd", kappa)] = G.depth_needed(
-            lambda L, k=kappa, a=a: G.worst_case_error(lambda s: (1 - a * s) ** L, 1.0, k, grid=4001), cfg.eps,
-            L_max=int(kappa * np.log(1 / cfg.eps)) + 10)
+            lambda L, k=kappa, a=a: G.worst_case_error(lambda s: (1 - a * s) ** L, 1.0, k, grid=4001),
+            cfg.eps,
+            L_max=int(kappa * np.log(1 / cfg.eps)) + 10,
+        )
         need[("chebyshev", kappa)] = G.depth_needed(
-            lambda L, k=kappa: G.worst_case_error(lambda s: G.residual_polynomial(G.chebyshev_steps(1.0, k, L), s), 1.0, k, grid=4001),
-            cfg.eps, L_max=int(np.sqrt(kappa) * np.log(2 / cfg.eps)) + 10)
+            lambda L, k=kappa: G.worst_case_error(
+                lambda s: G.residual_polynomial(G.chebyshev_steps(1.0, k, L), s), 1.0, k, grid=4001
+            ),
+            cfg.eps,
+            L_max=int(np.sqrt(kappa) * np.log(2 / cfg.eps)) + 10,
+        )
     checks += _depth_law_checks(cfg, need)
     ds = xr.Dataset(
-        {"simulated": (("kappa", "depth", "method"), np.array([r[2] for r in rows]).reshape(len(cfg.construct_kappas), -1, 3)),
-         "formula": (("kappa", "depth", "method"), np.array([r[3] for r in rows]).reshape(len(cfg.construct_kappas), -1, 3)),
-         "depth_needed": (("kappa", "algorithm"), np.array([[need[(a, k)] for a in ("gd", "chebyshev")] for k in cfg.construct_kappas]))},
-        coords={"kappa": list(cfg.construct_kappas), "depth": list(cfg.construct_depths), "method": ["gd", "chebyshev", "newton"],
-                "algorithm": ["gd", "chebyshev"]}, attrs={"eps": cfg.eps})
+        {
+            "simulated": (
+                ("kappa", "depth", "method"),
+                np.array([r[2] for r in rows]).reshape(len(cfg.construct_kappas), -1, 3),
+            ),
+            "formula": (
+                ("kappa", "depth", "method"),
+                np.array([r[3] for r in rows]).reshape(len(cfg.construct_kappas), -1, 3),
+            ),
+            "depth_needed": (
+                ("kappa", "algorithm"),
+                np.array([[need[(a, k)] for a in ("gd", "chebyshev")] for k in cfg.construct_kappas]),
+            ),
+        },
+        coords={
+            "kappa": list(cfg.construct_kappas),
+            "depth": list(cfg.construct_depths),
+            "method": ["gd", "chebyshev", "newton"],
+            "algorithm": ["gd", "chebyshev"],
+        },
+        attrs={"eps": cfg.eps},
+    )
     return checks, ds
 
 
@@ -100,9 +146,16 @@ def check_lemma1(cfg: Config, models: dict, key):
         curves[name] = (gammas, err)
         edges = np.flatnonzero(np.diff(np.concatenate([[0], (err >= 1 / 8).astype(int), [0]]))).reshape(-1, 2)
         longest = max((gammas[e - 1] - gammas[s] for s, e in edges), default=0.0)
-        checks.append(Check(f"Lemma 1: a scaling γ ∈ [1, 36L²] with relative error ≥ 1/4 ({name}, L = {L})", "max_γ error ≥ 1/4",
-                            f"max {err.max():.3g} (at γ = {gammas[err.argmax()]:.3g}); error ≥ 1/8 on an interval of length {longest:.3g}",
-                            "—", bool(err.max() >= 0.25), kind="formulas"))  # a lower bound for any weights
+        checks.append(
+            Check(
+                f"Lemma 1: a scaling γ ∈ [1, 36L²] with relative error ≥ 1/4 ({name}, L = {L})",
+                "max_γ error ≥ 1/4",
+                f"max {err.max():.3g} (at γ = {gammas[err.argmax()]:.3g}); error ≥ 1/8 on an interval of length {longest:.3g}",
+                "—",
+                bool(err.max() >= 0.25),
+                kind="formulas",
+            )
+        )  # a lower bound for any weights
     return checks, curves
 
 
@@ -122,13 +175,27 @@ def check_thm3(cfg: Config, key):
         used.append(ell)
         worst.append(err.max())
     used = np.array(used)
-    check = Check(f"Thm 3: stopping at the first layer with ‖y^(ℓ)‖·‖x_q‖_(XXᵀ)⁻¹ ≤ ε = {cfg.thm3_eps:g} (one looped GD model, step 1/{kmax:g}; instances with spectrum in [{kmax:g}/κ, {kmax:g}])",
-                  "|TF_ℓ − y_q| ≤ ε", f"max error {max(worst):.2e}; mean layers used {fmt(used.mean(1), 3)} for κ = {list(cfg.thm3_kappas)}",
-                  "every instance", ok)
-    trend = Check("Thm 3: layers used grow with the instance's κ", "increasing", fmt(used.mean(1), 3), "—",
-                  bool(np.all(np.diff(used.mean(1)) > 0)), **_needs_two(cfg.thm3_kappas, "thm3_kappas"))
-    ds = xr.Dataset({"layers_used": (("kappa", "instance"), used)}, coords={"kappa": list(cfg.thm3_kappas)},
-                    attrs={"eps": cfg.thm3_eps, "loops": loops})
+    check = Check(
+        f"Thm 3: stopping at the first layer with ‖y^(ℓ)‖·‖x_q‖_(XXᵀ)⁻¹ ≤ ε = {cfg.thm3_eps:g} (one looped GD "
+        f"model, step 1/{kmax:g}; instances with spectrum in [{kmax:g}/κ, {kmax:g}])",
+        "|TF_ℓ − y_q| ≤ ε",
+        f"max error {max(worst):.2e}; mean layers used {fmt(used.mean(1), 3)} for κ = {list(cfg.thm3_kappas)}",
+        "every instance",
+        ok,
+    )
+    trend = Check(
+        "Thm 3: layers used grow with the instance's κ",
+        "increasing",
+        fmt(used.mean(1), 3),
+        "—",
+        bool(np.all(np.diff(used.mean(1)) > 0)),
+        **_needs_two(cfg.thm3_kappas, "thm3_kappas"),
+    )
+    ds = xr.Dataset(
+        {"layers_used": (("kappa", "instance"), used)},
+        coords={"kappa": list(cfg.thm3_kappas)},
+        attrs={"eps": cfg.thm3_eps, "loops": loops},
+    )
     return [check, trend], ds
 
 
@@ -150,23 +217,45 @@ def check_thm6_thm7(cfg: Config):
         parts.append(len(pairs))
         A_batch += [pad(a) for a, _ in pairs]
         S_batch += [s for _, s in pairs]
-    last = np.split(np.asarray(losses.fixed_gram_depth_curves(np.stack(A_batch), np.stack(S_batch)))[:, -1],
-                    np.cumsum(parts)[:-1])
-    rows = [(L, float(np.mean(v[:-2])), eps_mass * float(v[-2]), G.thm6_bound(eps_mass, delta_p, d, L),
-             G.thm6_bound(eps_mass, delta_p, d, L, proved=False), eps_mass * float(v[-1])) for L, v in zip(depths, last)]
+    last = np.split(
+        np.asarray(losses.fixed_gram_depth_curves(np.stack(A_batch), np.stack(S_batch)))[:, -1], np.cumsum(parts)[:-1]
+    )
+    rows = [
+        (
+            L,
+            float(np.mean(v[:-2])),
+            eps_mass * float(v[-2]),
+            G.thm6_bound(eps_mass, delta_p, d, L),
+            G.thm6_bound(eps_mass, delta_p, d, L, proved=False),
+            eps_mass * float(v[-1]),
+        )
+        for L, v in zip(depths, last)
+    ]
     r = np.array(rows)
     slope = np.polyfit(r[:, 0], np.log(r[:, 2]), 1)[0]
     checks = [
-        Check("Thm 6: A_t = B_t⁻¹ is a global minimiser (zero training loss)", "0", fmt(r[:, 1].max(), 3),
-              "≤ 1e-10 (round-off; the loss of A = 0 is d)", bool(r[:, 1].max() <= 1e-10)),
-        Check(f"Thm 6: OOD loss (mass {eps_mass} on Σ = {c:g}I) ≥ εδ′²d·9^(L−1) as proved (statement: εδ′d·9^(L−1))",
-              fmt(r[:, 3], 3), fmt(r[:, 2], 3) + f"; growth e^{slope:.2f} per layer (9 = e^{np.log(9):.2f})",
-              f"every L (statement's bound {fmt(r[:, 4], 3)} holds too)",
-              bool(np.all(r[:, 2] >= r[:, 3]) and np.all(r[:, 2] >= r[:, 4]) and slope >= np.log(9) - 1e-9)),
-        Check("Thm 6 vs 7: the looped minimiser on the same training distribution stays below the multilayer one on "
-              "the same OOD test, and its OOD loss does not grow with L", f"multilayer {fmt(r[:, 2], 3)}",
-              "looped " + fmt(r[:, 5], 3), "looped < multilayer at every L > 1; looped non-increasing in L",
-              bool(np.all(r[1:, 5] < r[1:, 2]) and np.all(np.diff(r[:, 5]) <= 1e-12 * r[:-1, 5]))),
+        Check(
+            "Thm 6: A_t = B_t⁻¹ is a global minimiser (zero training loss)",
+            "0",
+            fmt(r[:, 1].max(), 3),
+            "≤ 1e-10 (round-off; the loss of A = 0 is d)",
+            bool(r[:, 1].max() <= 1e-10),
+        ),
+        Check(
+            f"Thm 6: OOD loss (mass {eps_mass} on Σ = {c:g}I) ≥ εδ′²d·9^(L−1) as proved (statement: εδ′d·9^(L−1))",
+            fmt(r[:, 3], 3),
+            fmt(r[:, 2], 3) + f"; growth e^{slope:.2f} per layer (9 = e^{np.log(9):.2f})",
+            f"every L (statement's bound {fmt(r[:, 4], 3)} holds too)",
+            bool(np.all(r[:, 2] >= r[:, 3]) and np.all(r[:, 2] >= r[:, 4]) and slope >= np.log(9) - 1e-9),
+        ),
+        Check(
+            "Thm 6 vs 7: the looped minimiser on the same training distribution stays below the multilayer one on "
+            "the same OOD test, and its OOD loss does not grow with L",
+            f"multilayer {fmt(r[:, 2], 3)}",
+            "looped " + fmt(r[:, 5], 3),
+            "looped < multilayer at every L > 1; looped non-increasing in L",
+            bool(np.all(r[1:, 5] < r[1:, 2]) and np.all(np.diff(r[:, 5]) <= 1e-12 * r[:-1, 5])),
+        ),
     ]
     # Thm 7: A*⁻¹ ≽ ((1−δ)β/2)(1 − ln(d/ε)/L) I (eq. 13) and the OOD bound, ε = 1/L, δ = 0
     ok13, okb, vals = True, True, []
@@ -185,23 +274,42 @@ def check_thm6_thm7(cfg: Config):
         vals.append((L, inv_min, lower, ood, bound))
     v = np.array(vals)
     checks += [
-        Check("Thm 7 (eq. 13): looped minimiser A*⁻¹ ≽ (β/2)(1 − ln(dL)/L) I on the (1/L, 0) right-spread-out P",
-              fmt(v[:, 2], 3), "λ_min(A*⁻¹) = " + fmt(v[:, 1], 3) + f" for L = {list(cfg.thm7_depths)}", "every L", ok13,
-              kind="formulas"),  # the minimiser's closed form against the theorem's bound
-        Check("Thm 7: its loss on Unif[α, (1 − δ′)β]·I, δ′ = ln(dL)/L", "≤ d(1 − (2ln(dL)/L ∧ α/β))^{2L} (App. B)",
-              fmt(v[:, 3], 3) + " vs " + fmt(v[:, 4], 3), "every L", okb, kind="formulas"),
+        Check(
+            "Thm 7 (eq. 13): looped minimiser A*⁻¹ ≽ (β/2)(1 − ln(dL)/L) I on the (1/L, 0) right-spread-out P",
+            fmt(v[:, 2], 3),
+            "λ_min(A*⁻¹) = " + fmt(v[:, 1], 3) + f" for L = {list(cfg.thm7_depths)}",
+            "every L",
+            ok13,
+            kind="formulas",
+        ),  # the minimiser's closed form against the theorem's bound
+        Check(
+            "Thm 7: its loss on Unif[α, (1 − δ′)β]·I, δ′ = ln(dL)/L",
+            "≤ d(1 − (2ln(dL)/L ∧ α/β))^{2L} (App. B)",
+            fmt(v[:, 3], 3) + " vs " + fmt(v[:, 4], 3),
+            "every L",
+            okb,
+            kind="formulas",
+        ),
     ]
-    ds = xr.Dataset({"train_loss": ("L", r[:, 1]), "multilayer_ood": ("L", r[:, 2]), "bound_proved": ("L", r[:, 3]),
-                     "bound_stated": ("L", r[:, 4]), "looped_ood": ("L", r[:, 5])}, coords={"L": r[:, 0].astype(int)},
-                    attrs={"alpha": alpha, "beta": beta, "ood_mass": eps_mass, "delta_prime": delta_p, "ood_scale": c})
+    ds = xr.Dataset(
+        {
+            "train_loss": ("L", r[:, 1]),
+            "multilayer_ood": ("L", r[:, 2]),
+            "bound_proved": ("L", r[:, 3]),
+            "bound_stated": ("L", r[:, 4]),
+            "looped_ood": ("L", r[:, 5]),
+        },
+        coords={"L": r[:, 0].astype(int)},
+        attrs={"alpha": alpha, "beta": beta, "ood_mass": eps_mass, "delta_prime": delta_p, "ood_scale": c},
+    )
     return checks, ds
 
 
 def _monotone_from(vals, rtol: float = 1e-12) -> int:
     """Smallest L (1-based) from which ``vals`` is monotone (non-increasing or non-decreasing)."""
     for start in range(1, len(vals) + 1):
-        diff = np.diff(vals[start - 1:])
-        tol = rtol * np.abs(vals[start - 1:-1])
+        diff = np.diff(vals[start - 1 :])
+        tol = rtol * np.abs(vals[start - 1 : -1])
         if np.all(diff <= tol) or np.all(diff >= -tol):
             return start
     return len(vals)
@@ -220,7 +328,9 @@ def thm8_curves(cfg: Config, A_loop, scales):
     s_f = 4.0
     steps = G.nonmonotone_steps(s_f, T)
     # every curve in one program: the looped A repeated T times (symmetric part and raw, each s), App. F's T layers
-    layers = [np.repeat(A[None], T, 0) for s in scales for A in (A_sym, A_loop)] + [steps[:, None, None] * np.eye(cfg.d)]
+    layers = [np.repeat(A[None], T, 0) for s in scales for A in (A_sym, A_loop)] + [
+        steps[:, None, None] * np.eye(cfg.d)
+    ]
     Sigmas = [s * np.eye(cfg.d) for s in scales for _ in range(2)] + [s_f * np.eye(cfg.d)]
     curves = np.asarray(losses.fixed_gram_depth_curves(np.stack(layers), np.stack(Sigmas)))
     multi_curve = curves[-1]
@@ -232,15 +342,32 @@ def thm8_curves(cfg: Config, A_loop, scales):
         sym_curves.append(vals), raw_curves.append(raw), starts.append(start), raw_starts.append(_monotone_from(raw))
     diffs = np.sign(np.diff(multi_curve))
     checks = [
-        Check("Thm 8: looped loss monotone in the loop count from L_0 on (symmetric part of the trained looped A, Σ = sI)",
-              f"L_0 = {fmt(np.array(L0s), 3)} for s = {list(scales)}", f"monotone from L = {starts} (raw trained A: from {raw_starts}) over {T} loops",
-              "from ⌈L_0⌉ on, every s (≥ 10 loops past each L_0)", bool(ok), kind="formulas"),  # any looped A
-        Check("Thm 8 / App. F: unequal layers (γ_t = 3, ½, 3, …) give a loss that is not monotone in depth",
-              "up and down", f"signs of successive changes: {''.join('+' if x > 0 else '-' for x in diffs[:8])}…", "—",
-              bool(np.any(diffs > 0) and np.any(diffs < 0))),
+        Check(
+            "Thm 8: looped loss monotone in the loop count from L_0 on (symmetric part of the trained looped A, Σ = sI)",
+            f"L_0 = {fmt(np.array(L0s), 3)} for s = {list(scales)}",
+            f"monotone from L = {starts} (raw trained A: from {raw_starts}) over {T} loops",
+            "from ⌈L_0⌉ on, every s (≥ 10 loops past each L_0)",
+            bool(ok),
+            kind="formulas",
+        ),  # any looped A
+        Check(
+            "Thm 8 / App. F: unequal layers (γ_t = 3, ½, 3, …) give a loss that is not monotone in depth",
+            "up and down",
+            f"signs of successive changes: {''.join('+' if x > 0 else '-' for x in diffs[:8])}…",
+            "—",
+            bool(np.any(diffs > 0) and np.any(diffs < 0)),
+        ),
     ]
-    ds = xr.Dataset({"looped": (("s", "L"), np.array(sym_curves)), "looped_raw": (("s", "L"), np.array(raw_curves)), "multilayer_app_f": ("L", multi_curve), "L0": ("s", np.array(L0s))},
-                    coords={"s": list(scales), "L": np.asarray(depths)}, attrs={"app_f_scale": s_f})
+    ds = xr.Dataset(
+        {
+            "looped": (("s", "L"), np.array(sym_curves)),
+            "looped_raw": (("s", "L"), np.array(raw_curves)),
+            "multilayer_app_f": ("L", multi_curve),
+            "L0": ("s", np.array(L0s)),
+        },
+        coords={"s": list(scales), "L": np.asarray(depths)},
+        attrs={"app_f_scale": s_f},
+    )
     return checks, ds
 
 
@@ -253,8 +380,9 @@ def gd_relative_errors(etas, kappa, s_unit):
 
     def run(s):
         loss = lambda w: 0.5 * s * jnp.sum((w - 1.0) ** 2)  # noqa: E731  w* = 1, w_0 = 0
-        w, _ = dynamics.gradient_descent(loss, jnp.zeros(1, etas.dtype), lambda k: etas[k], etas.shape[0],
-                                         check_finite=False)
+        w, _ = dynamics.gradient_descent(
+            loss, jnp.zeros(1, etas.dtype), lambda k: etas[k], etas.shape[0], check_finite=False
+        )
         return jnp.abs(w[0] - 1.0)
 
     return jax.vmap(run)(1.0 + (kappa - 1.0) * s_unit)
@@ -285,12 +413,18 @@ def learn_step_sizes(kappa, cfg: Config):
 def learned_steps_sweep(cfg: Config) -> xr.Dataset:
     """Learned step sizes for every κ of ``cfg.learned_kappas`` as one ``jaxicl.sweep`` (one compiled program),
     against Chebyshev's (reciprocals of the Chebyshev nodes on [1, κ], sorted) and their worst-case errors."""
-    ds = sweep(lambda kappa: {"learned": learn_step_sizes(kappa, cfg)}, {"kappa": list(cfg.learned_kappas)},
-               meta={"paper": NAME, "figure": "learned step sizes", "config": dataclasses.asdict(cfg)},
-               output_dims={"learned": ("step",)})
+    ds = sweep(
+        lambda kappa: {"learned": learn_step_sizes(kappa, cfg)},
+        {"kappa": list(cfg.learned_kappas)},
+        meta={"paper": NAME, "figure": "learned step sizes", "config": dataclasses.asdict(cfg)},
+        output_dims={"learned": ("step",)},
+    )
     kappas = np.asarray(cfg.learned_kappas)
     cheb = np.stack([np.sort(G.chebyshev_steps(1.0, k, cfg.learned_steps)) for k in kappas])
-    worst = [G.worst_case_error(lambda s, e=e: G.residual_polynomial(e, s), 1.0, k) for e, k in zip(ds.learned.values, kappas)]
+    worst = [
+        G.worst_case_error(lambda s, e=e: G.residual_polynomial(e, s), 1.0, k)
+        for e, k in zip(ds.learned.values, kappas)
+    ]
     ds["chebyshev"] = (("kappa", "step"), cheb)
     ds["learned_worst_error"] = ("kappa", np.asarray(worst))
     ds["chebyshev_worst_error"] = ("kappa", G.chebyshev_worst_error(kappas, cfg.learned_steps))
@@ -307,15 +441,23 @@ def _learned_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     err_dev = np.abs(ds.learned_worst_error.values / ds.chebyshev_worst_error.values - 1)
     err_tol = cfg.learned_grid ** (1 / max(cfg.learned_powers)) - 1
     return [
-        Check(f"Learned step sizes (∂ of the error after k = {cfg.learned_steps} GD steps, through the runs) recover "
-              "Chebyshev's a_t = 1/λ_t (Thm 2), κ = " + ", ".join(f"{k:g}" for k in ds.kappa.values),
-              "reciprocal Chebyshev nodes on [1, κ]", f"max relative deviation {step_dev.max():.1e} (per κ: "
-              f"{fmt(step_dev.max(axis=1), 2)})", "≤ 1e-2", bool(step_dev.max() <= 1e-2)),
-        Check("Their worst-case error over [1, κ] reaches 1/T_k((κ+1)/(κ−1))", fmt(ds.chebyshev_worst_error.values, 4),
-              fmt(ds.learned_worst_error.values, 4) + f" (max relative excess {err_dev.max():.1e}; GD with the best "
-              f"constant step: {fmt(ds.gd_worst_error.values, 3)})",
-              f"≤ {err_tol:.1e} (n^(1/p) − 1: smooth maximum over n = {cfg.learned_grid} points, p = "
-              f"{max(cfg.learned_powers):g})", bool(err_dev.max() <= err_tol)),
+        Check(
+            f"Learned step sizes (∂ of the error after k = {cfg.learned_steps} GD steps, through the runs) recover "
+            "Chebyshev's a_t = 1/λ_t (Thm 2), κ = " + ", ".join(f"{k:g}" for k in ds.kappa.values),
+            "reciprocal Chebyshev nodes on [1, κ]",
+            f"max relative deviation {step_dev.max():.1e} (per κ: {fmt(step_dev.max(axis=1), 2)})",
+            "≤ 1e-2",
+            bool(step_dev.max() <= 1e-2),
+        ),
+        Check(
+            "Their worst-case error over [1, κ] reaches 1/T_k((κ+1)/(κ−1))",
+            fmt(ds.chebyshev_worst_error.values, 4),
+            fmt(ds.learned_worst_error.values, 4) + f" (max relative excess {err_dev.max():.1e}; GD with the best "
+            f"constant step: {fmt(ds.gd_worst_error.values, 3)})",
+            f"≤ {err_tol:.1e} (n^(1/p) − 1: smooth maximum over n = {cfg.learned_grid} points, p = "
+            f"{max(cfg.learned_powers):g})",
+            bool(err_dev.max() <= err_tol),
+        ),
     ]
 
 

@@ -26,16 +26,35 @@ import xarray as xr
 from ... import dynamics, tasks
 from ...losses.template import template_loss
 from ...models import MultiHeadSoftmaxICL
-from ...sweep import sweep
 from ...runtime.budget import TimeBudget
+from ...sweep import sweep
 from ...theory import yang as Y
 from ..report import (
-    Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, premise, save_dataset, save_paper_figure)
+    Check,
+    PaperResult,
+    fmt,
+    lap_timer,
+    mark_partial,
+    mc_check,
+    paper_claim,
+    premise,
+    save_dataset,
+    save_paper_figure,
+)
+
 # the reproduction's names live in this package's modules (settings, Figs. 2(b)/5) and are all reachable from here
 from .config import NAME, SIZES, TITLE, TRANSFORMER_SETTINGS, Config, TransformerConfig  # noqa: F401
 from .transformer import (  # noqa: F401
-    _cast, _transformer_checks, _transformer_figure, at_budget, budget_steps, step_flops, train_transformers,
-    trained_as_paper, transformer_task)
+    _cast,
+    _transformer_checks,
+    _transformer_figure,
+    at_budget,
+    budget_steps,
+    step_flops,
+    train_transformers,
+    trained_as_paper,
+    transformer_task,
+)
 
 
 def paper_task(cfg: Config, key) -> tasks.TemplateRegression:
@@ -57,25 +76,48 @@ def check_prop1(cfg: Config, key) -> list[Check]:
     task = small_task(cfg, key)
     scale = float(jnp.linalg.norm(Y.z_bar(task), 2)) ** 2
     keys = jax.random.split(jax.random.fold_in(key, 1), cfg.th_seeds)
-    zeta_of = lambda h: jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, h, cfg.th_d, cfg.th_K, cfg.beta), task)))(keys)  # noqa: E731
+    zeta_of = lambda h: jax.jit(
+        jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, h, cfg.th_d, cfg.th_K, cfg.beta), task))
+    )(keys)  # noqa: E731
     z = {h: np.asarray(zeta_of(h)) / scale for h in (cfg.th_N - 1, cfg.th_N, 2 * cfg.th_N)}
     big = paper_task(cfg, jax.random.fold_in(key, 2))
     big_scale = float(jnp.linalg.norm(Y.z_bar(big), 2)) ** 2
-    z_paper = np.asarray(jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, cfg.heads, cfg.d, cfg.K, cfg.beta), big)))(keys[:4])) / big_scale
+    z_paper = (
+        np.asarray(
+            jax.jit(jax.vmap(lambda k: Y.zeta(MultiHeadSoftmaxICL.init(k, cfg.heads, cfg.d, cfg.K, cfg.beta), big)))(
+                keys[:4]
+            )
+        )
+        / big_scale
+    )
     # ζ0 is the smallest eigenvalue of B_kB_kᵀ: float64 round-off puts a rank-deficient one at |ζ0|/‖Z̄‖² ~ 1e-16
     # (the H = N − 1 row), so full rank is told from round-off by ζ0/‖Z̄‖² > 1e-12, four orders of magnitude above it
     full_rank = 1e-12
     z_full = min(z[cfg.th_N].min(), z[2 * cfg.th_N].min())
     checks = [
-        Check(f"Prop. 1: B_k^(0) has full row rank for every k when H ≥ N ({cfg.th_seeds} inits, N = {cfg.th_N})",
-              "ζ0 > 0", f"min ζ0/‖Z̄‖² = {fmt(z_full, 3)} (H = N, 2N)", f"> {full_rank:g} (round-off: ~1e-16)",
-              bool(z_full > full_rank)),
-        Check(f"Prop. 1 at the paper's size (H = {cfg.heads} ≥ N = {cfg.N}, 4 inits)", "ζ0 > 0",
-              f"min ζ0/‖Z̄‖² = {fmt(z_paper.min(), 3)}", f"> {full_rank:g} (round-off: ~1e-16)", bool(z_paper.min() > full_rank),
-              **_prop1_premise(cfg)),
-        Check("H < N heads cannot give full row rank (rank B_k ≤ H)", "ζ0 = 0",
-              f"max ζ0/‖Z̄‖² = {fmt(np.abs(z[cfg.th_N - 1]).max(), 2)} (H = N − 1)", "< 1e-14",
-              bool(np.abs(z[cfg.th_N - 1]).max() < 1e-14), kind="formulas"),  # rank ≤ H: true for any Q
+        Check(
+            f"Prop. 1: B_k^(0) has full row rank for every k when H ≥ N ({cfg.th_seeds} inits, N = {cfg.th_N})",
+            "ζ0 > 0",
+            f"min ζ0/‖Z̄‖² = {fmt(z_full, 3)} (H = N, 2N)",
+            f"> {full_rank:g} (round-off: ~1e-16)",
+            bool(z_full > full_rank),
+        ),
+        Check(
+            f"Prop. 1 at the paper's size (H = {cfg.heads} ≥ N = {cfg.N}, 4 inits)",
+            "ζ0 > 0",
+            f"min ζ0/‖Z̄‖² = {fmt(z_paper.min(), 3)}",
+            f"> {full_rank:g} (round-off: ~1e-16)",
+            bool(z_paper.min() > full_rank),
+            **_prop1_premise(cfg),
+        ),
+        Check(
+            "H < N heads cannot give full row rank (rank B_k ≤ H)",
+            "ζ0 = 0",
+            f"max ζ0/‖Z̄‖² = {fmt(np.abs(z[cfg.th_N - 1]).max(), 2)} (H = N − 1)",
+            "< 1e-14",
+            bool(np.abs(z[cfg.th_N - 1]).max() < 1e-14),
+            kind="formulas",
+        ),  # rank ≤ H: true for any Q
     ]
     return checks
 
@@ -95,8 +137,11 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
     c = Y.theorem1_constants(model0, task)
     every = 100
     # checked on the host, not in the program (an eqx.error_if would keep it out of the persistent compilation cache)
-    final_th, curve_th = jax.jit(lambda m: dynamics.gradient_descent(excess, m, m.step_sizes(c.eta_Q, c.eta_w), cfg.th_paper_steps,
-                                                                      record_every=every, check_finite=False))(model0)
+    final_th, curve_th = jax.jit(
+        lambda m: dynamics.gradient_descent(
+            excess, m, m.step_sizes(c.eta_Q, c.eta_w), cfg.th_paper_steps, record_every=every, check_finite=False
+        )
+    )(model0)
     dynamics.check_finite_curve(curve_th, "the Thm 1 excess loss", every=every)
     t_th = np.arange(cfg.th_paper_steps // every) * every
     bound = c.delta0 * c.rate**t_th
@@ -105,11 +150,14 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
     eta_w = 1.0 / float(Y.w_curvature(model0, task))
     eta_Q = 10.0
     every_p = cfg.th_steps // 100
-    final, curve = jax.jit(lambda m: dynamics.gradient_descent(excess, m, m.step_sizes(eta_Q, eta_w), cfg.th_steps,
-                                                               record_every=every_p, check_finite=False))(model0)
+    final, curve = jax.jit(
+        lambda m: dynamics.gradient_descent(
+            excess, m, m.step_sizes(eta_Q, eta_w), cfg.th_steps, record_every=every_p, check_finite=False
+        )
+    )(model0)
     dynamics.check_finite_curve(curve, "the Thm 2 excess loss", every=every_p)
     curve = np.asarray(curve)
-    slope = Y.fitted_log_slope(curve[len(curve) // 2:], every_p)
+    slope = Y.fitted_log_slope(curve[len(curve) // 2 :], every_p)
     A_hat = final.prediction_matrix(task.tokens, task.n_context)
     delta = float(excess(final))
     lam_min = float(jnp.linalg.eigvalsh(Y.loss_gram(task))[0])
@@ -123,37 +171,87 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
         per = jnp.sum((final.predict(prompts) - Y.y_star(prompts.y, task)) ** 2, axis=1) / (2 * task.K)
         inf[label] = (float(per.max()), float(Y.expected_inference_loss(A_hat, law)))
         ok_bound &= bool(np.all(np.asarray(per) <= np.asarray(Y.inference_bound(A_hat, prompts.y, task)) * (1 + 1e-8)))
-    B = float(jnp.max(jnp.linalg.norm(task.with_coefficients(1.0, 2.0).sample_coefficients(jax.random.fold_in(key, 4), 10_000), axis=1)))
+    B = float(
+        jnp.max(
+            jnp.linalg.norm(
+                task.with_coefficients(1.0, 2.0).sample_coefficients(jax.random.fold_in(key, 4), 10_000), axis=1
+            )
+        )
+    )
     T21 = Y.theorem2_iterations(c, task, B=B, eps=cfg.th_eps, delta=0.05)
     small = f"N = {cfg.th_N}, K = {cfg.th_K}, d = {cfg.th_d}, m = {cfg.th_m}, H = {cfg.th_heads}, τ = {cfg.th_tau}"
     checks = [
-        Check(f"Thm 1 (18) at the theorem's step sizes η_Q = 1/L = {c.eta_Q:.2g}, η_w = γ²η_Q = {c.eta_w:.3g} ({small})",
-              f"Δ(t) ≤ (1 − η_wζ0/2K)^t Δ(0), rate 1 − {1 - c.rate:.2g}",
-              f"max Δ(t)/bound = {fmt(np.max(curve_th / bound), 3)} over {cfg.th_paper_steps} steps", "≤ 1",
-              bool(np.all(curve_th <= bound * (1 + 1e-10)))),
-        Check("Thm 1 induction hypotheses (43a), (43b) at the end of that run", f"|w|/γ ≤ ᾱ = {c.alpha_bar:.3g}; ζ ≥ ζ0/2 = {c.zeta0 / 2:.3g}",
-              f"{float(jnp.max(jnp.abs(final_th.w))) / c.gamma:.3g}; {float(Y.zeta(final_th, task)):.3g}", "—",
-              bool(float(jnp.max(jnp.abs(final_th.w))) / c.gamma <= c.alpha_bar and float(Y.zeta(final_th, task)) >= c.zeta0 / 2)),
-        Check(f"Thm 1: linear convergence at practical steps (η_Q = {eta_Q:g}, η_w = 1/λ_max = {eta_w:.3g})",
-              "slope of log Δ(t) < 0", f"slope {slope:.3g}/step, Δ: {curve[0]:.3g} → {delta:.2g}", "< 0; Δ(T) < 1e-8 Δ(0)",
-              bool(slope < 0 and delta < 1e-8 * curve[0])),
-        Check("Thm 2 / Lemma 5: Σ_h w_{h,k} softmax(VᵀQ_h v_k) → column k of A (34)", "‖Â − A‖_F → 0",
-              f"‖Â − A‖_F = {err:.2g} (‖A‖_F = {float(jnp.linalg.norm(A)):.3g})",
-              f"≤ √(2K·1e-8·Δ(0)/λ_min(Z̄²)) = {err_tol:.2g} (Lemma 5 at Δ(T) = 1e-8·Δ(0))", bool(err <= err_tol),
-              kind="formulas"),  # implied by the row above through Lemma 5
+        Check(
+            f"Thm 1 (18) at the theorem's step sizes η_Q = 1/L = {c.eta_Q:.2g}, η_w = γ²η_Q = {c.eta_w:.3g} ({small})",
+            f"Δ(t) ≤ (1 − η_wζ0/2K)^t Δ(0), rate 1 − {1 - c.rate:.2g}",
+            f"max Δ(t)/bound = {fmt(np.max(curve_th / bound), 3)} over {cfg.th_paper_steps} steps",
+            "≤ 1",
+            bool(np.all(curve_th <= bound * (1 + 1e-10))),
+        ),
+        Check(
+            "Thm 1 induction hypotheses (43a), (43b) at the end of that run",
+            f"|w|/γ ≤ ᾱ = {c.alpha_bar:.3g}; ζ ≥ ζ0/2 = {c.zeta0 / 2:.3g}",
+            f"{float(jnp.max(jnp.abs(final_th.w))) / c.gamma:.3g}; {float(Y.zeta(final_th, task)):.3g}",
+            "—",
+            bool(
+                float(jnp.max(jnp.abs(final_th.w))) / c.gamma <= c.alpha_bar
+                and float(Y.zeta(final_th, task)) >= c.zeta0 / 2
+            ),
+        ),
+        Check(
+            f"Thm 1: linear convergence at practical steps (η_Q = {eta_Q:g}, η_w = 1/λ_max = {eta_w:.3g})",
+            "slope of log Δ(t) < 0",
+            f"slope {slope:.3g}/step, Δ: {curve[0]:.3g} → {delta:.2g}",
+            "< 0; Δ(T) < 1e-8 Δ(0)",
+            bool(slope < 0 and delta < 1e-8 * curve[0]),
+        ),
+        Check(
+            "Thm 2 / Lemma 5: Σ_h w_{h,k} softmax(VᵀQ_h v_k) → column k of A (34)",
+            "‖Â − A‖_F → 0",
+            f"‖Â − A‖_F = {err:.2g} (‖A‖_F = {float(jnp.linalg.norm(A)):.3g})",
+            f"≤ √(2K·1e-8·Δ(0)/λ_min(Z̄²)) = {err_tol:.2g} (Lemma 5 at Δ(T) = 1e-8·Δ(0))",
+            bool(err <= err_tol),
+            kind="formulas",
+        ),  # implied by the row above through Lemma 5
     ]
     for label, (worst, expected) in inf.items():
-        checks.append(Check(f"Thm 2 (22): (1/2K)‖ŷ − ŷ⋆‖² ≤ ε after training, {label} λ ({cfg.test_prompts} prompts)",
-                            f"≤ ε = {cfg.th_eps:g}", f"max {worst:.2g}, expectation {expected:.2g}", "ε",
-                            bool(worst <= cfg.th_eps and expected <= cfg.th_eps)))
-    checks.append(Check("Thm 2, deterministic core: per prompt (1/2K)‖ŷ − ŷ⋆‖² ≤ ‖y‖²Δ/λ_min(Z̄²)", "every prompt",
-                        "holds" if ok_bound else "violated", "exact", ok_bound, kind="formulas"))  # algebra, any Â
-    checks.append(Check("Thm 2 (21): iterations the theorem asks for (ε above, δ = 0.05, B = max‖λ‖ of 10k OOD draws)",
-                        f"T ≥ {T21:.3g} at the theorem's step sizes", f"ε reached after {cfg.th_steps} practical steps", "—", None))
-    ds = xr.Dataset({"delta_theorem_steps": ("t_theorem", curve_th), "bound": ("t_theorem", bound),
-                     "delta_practical": ("t_practical", curve)},
-                    coords={"t_theorem": t_th, "t_practical": np.arange(curve.size) * every_p},
-                    attrs={k: v for k, v in dataclasses.asdict(c).items()} | {"T_eq21": T21})
+        checks.append(
+            Check(
+                f"Thm 2 (22): (1/2K)‖ŷ − ŷ⋆‖² ≤ ε after training, {label} λ ({cfg.test_prompts} prompts)",
+                f"≤ ε = {cfg.th_eps:g}",
+                f"max {worst:.2g}, expectation {expected:.2g}",
+                "ε",
+                bool(worst <= cfg.th_eps and expected <= cfg.th_eps),
+            )
+        )
+    checks.append(
+        Check(
+            "Thm 2, deterministic core: per prompt (1/2K)‖ŷ − ŷ⋆‖² ≤ ‖y‖²Δ/λ_min(Z̄²)",
+            "every prompt",
+            "holds" if ok_bound else "violated",
+            "exact",
+            ok_bound,
+            kind="formulas",
+        )
+    )  # algebra, any Â
+    checks.append(
+        Check(
+            "Thm 2 (21): iterations the theorem asks for (ε above, δ = 0.05, B = max‖λ‖ of 10k OOD draws)",
+            f"T ≥ {T21:.3g} at the theorem's step sizes",
+            f"ε reached after {cfg.th_steps} practical steps",
+            "—",
+            None,
+        )
+    )
+    ds = xr.Dataset(
+        {
+            "delta_theorem_steps": ("t_theorem", curve_th),
+            "bound": ("t_theorem", bound),
+            "delta_practical": ("t_practical", curve),
+        },
+        coords={"t_theorem": t_th, "t_practical": np.arange(curve.size) * every_p},
+        attrs={k: v for k, v in dataclasses.asdict(c).items()} | {"T_eq21": T21},
+    )
     return checks, ds
 
 
@@ -173,17 +271,27 @@ def fig2a(cfg: Config, task64, key) -> xr.Dataset:
 
         def loss_and_aux(m):
             A_hat = m.prediction_matrix(task.tokens, task.n_context)
-            aux = {"excess": Y.excess_loss(A_hat, task, A),
-                   "inference_in_domain": Y.expected_inference_loss(A_hat, task, A),
-                   "inference_ood": Y.expected_inference_loss(A_hat, ood, A)}
+            aux = {
+                "excess": Y.excess_loss(A_hat, task, A),
+                "inference_in_domain": Y.expected_inference_loss(A_hat, task, A),
+                "inference_ood": Y.expected_inference_loss(A_hat, ood, A),
+            }
             for k, p in sets.items():
                 per = jnp.sum((p.y @ A_hat - y_star[k]) ** 2, axis=1) / (2 * task.K)
                 aux[f"test_{k}"], aux[f"test_{k}_se"] = per.mean(), per.std() / np.sqrt(per.size)
             return template_loss(A_hat, task), aux
 
-        final, (loss, aux) = jax.jit(lambda m: dynamics.gradient_descent(
-            loss_and_aux, m, m.step_sizes(cfg.eta_Q, cfg.eta_w), cfg.steps, record_every=cfg.record_every, has_aux=True,
-            check_finite=False))(model0)  # checked on the host: a program without host callbacks is cacheable
+        final, (loss, aux) = jax.jit(
+            lambda m: dynamics.gradient_descent(
+                loss_and_aux,
+                m,
+                m.step_sizes(cfg.eta_Q, cfg.eta_w),
+                cfg.steps,
+                record_every=cfg.record_every,
+                has_aux=True,
+                check_finite=False,
+            )
+        )(model0)  # checked on the host: a program without host callbacks is cacheable
         dynamics.check_finite_curve(loss, "the Fig. 2 training loss", every=cfg.record_every)
         A_hat = final.prediction_matrix(task.tokens, task.n_context)
         A_init = model0.prediction_matrix(task.tokens, task.n_context)
@@ -193,42 +301,86 @@ def fig2a(cfg: Config, task64, key) -> xr.Dataset:
             per = np.asarray(jnp.sum((p.y @ A_hat - p.y @ A) ** 2, axis=1) / (2 * task.K), float)
             mc[f"mc_{k}"], mc[f"mc_{k}_se"] = float(per.mean()), float(per.std(ddof=1) / np.sqrt(per.size))
     col_err = np.linalg.norm(np.asarray(A_hat, float) - np.asarray(A64), axis=0)
-    ds = xr.Dataset({"loss": ("iteration", np.asarray(loss, float))} | {k: ("iteration", np.asarray(v, float)) for k, v in aux.items()},
-                    coords={"iteration": np.arange(cfg.steps // cfg.record_every) * cfg.record_every})
+    ds = xr.Dataset(
+        {"loss": ("iteration", np.asarray(loss, float))}
+        | {k: ("iteration", np.asarray(v, float)) for k, v in aux.items()},
+        coords={"iteration": np.arange(cfg.steps // cfg.record_every) * cfg.record_every},
+    )
     ds["column_error"] = ("k", col_err)
-    ds.attrs.update(L_star=L_star, lam_min=float(jnp.linalg.eigvalsh(Y.loss_gram(task64))[0]),
-                    final_excess=float(Y.excess_loss(jnp.asarray(A_hat, jnp.float64), task64)),
-                    A_norm=float(np.linalg.norm(np.asarray(A64))),
-                    init_error=float(np.linalg.norm(np.asarray(A_init, float) - np.asarray(A64))), mc_prompts=cfg.mc_prompts, **mc)
+    ds.attrs.update(
+        L_star=L_star,
+        lam_min=float(jnp.linalg.eigvalsh(Y.loss_gram(task64))[0]),
+        final_excess=float(Y.excess_loss(jnp.asarray(A_hat, jnp.float64), task64)),
+        A_norm=float(np.linalg.norm(np.asarray(A64))),
+        init_error=float(np.linalg.norm(np.asarray(A_init, float) - np.asarray(A64))),
+        mc_prompts=cfg.mc_prompts,
+        **mc,
+    )
     return ds
 
 
 def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     last = ds.isel(iteration=-1)
-    slope = Y.fitted_log_slope(ds.excess.values[len(ds.iteration) // 2:], cfg.record_every)
+    slope = Y.fitted_log_slope(ds.excess.values[len(ds.iteration) // 2 :], cfg.record_every)
     drop = float(ds.excess[-1] / ds.excess[0])
-    out = [Check(f"Fig. 2(a): training loss converges linearly to L⋆ = {ds.attrs['L_star']:.4g} (H = {cfg.heads}, {cfg.steps} GD steps)",
-                 "slope of log Δ < 0", f"slope {slope:.3g}/step; L: {float(ds.loss[0]):.3g} → {float(last.loss):.4g} "
-                 f"(Δ(T)/Δ(0) = {drop:.2g})", "slope < 0 and Δ(T) ≤ 1e-2 Δ(0)", bool(slope < 0 and drop <= 1e-2),
-                 **_prop1_premise(cfg))]
+    out = [
+        Check(
+            f"Fig. 2(a): training loss converges linearly to L⋆ = {ds.attrs['L_star']:.4g} (H = {cfg.heads}, "
+            f"{cfg.steps} GD steps)",
+            "slope of log Δ < 0",
+            f"slope {slope:.3g}/step; L: {float(ds.loss[0]):.3g} → {float(last.loss):.4g} (Δ(T)/Δ(0) = {drop:.2g})",
+            "slope < 0 and Δ(T) ≤ 1e-2 Δ(0)",
+            bool(slope < 0 and drop <= 1e-2),
+            **_prop1_premise(cfg),
+        )
+    ]
     for k, label in (("in_domain", "in-domain"), ("ood", "out-of-domain")):
         mc, se, exact = ds.attrs[f"mc_{k}"], ds.attrs[f"mc_{k}_se"], float(last[f"inference_{k}"])
-        out.append(mc_check(f"Fig. 2(a): {label} inference loss (1/2K)‖ŷ − ŷ⋆‖² on {ds.attrs['mc_prompts']} fresh "
-                            "prompts = its exact expectation", exact, mc, se))
-        out.append(Check(f"Thm 2 at the paper's size: {label} inference loss below ε after {cfg.steps} steps", f"≤ {cfg.eps:g}",
-                         f"{exact:.3g}", "ε", bool(exact <= cfg.eps), **_prop1_premise(cfg)))
+        out.append(
+            mc_check(
+                f"Fig. 2(a): {label} inference loss (1/2K)‖ŷ − ŷ⋆‖² on {ds.attrs['mc_prompts']} fresh "
+                "prompts = its exact expectation",
+                exact,
+                mc,
+                se,
+            )
+        )
+        out.append(
+            Check(
+                f"Thm 2 at the paper's size: {label} inference loss below ε after {cfg.steps} steps",
+                f"≤ {cfg.eps:g}",
+                f"{exact:.3g}",
+                "ε",
+                bool(exact <= cfg.eps),
+                **_prop1_premise(cfg),
+            )
+        )
     # Lemma 5 at the target Δ = ε (the in-domain inference loss is Δ, eq. 22): ‖Â − A‖_F ≤ √(2Kε/λ_min(Z̄²)), a
     # tolerance fixed by the config before training (the untrained Â = 0 is at relative error 1), not by the run's own Δ
     rel = float(np.sqrt(np.sum(ds.column_error.values**2))) / ds.attrs["A_norm"]
     rel_tol = float(np.sqrt(2 * cfg.K * cfg.eps / ds.attrs["lam_min"])) / ds.attrs["A_norm"]
-    out.append(Check("Fig. 2(a): the trained attention approaches A (34): ‖Â − A‖_F / ‖A‖_F", "→ 0",
-                     f"{rel:.3g} (untrained: {ds.attrs['init_error'] / ds.attrs['A_norm']:.3g}; max column "
-                     f"{float(ds.column_error.max()):.3g}, ‖A‖_F = {ds.attrs['A_norm']:.3g})",
-                     f"≤ √(2Kε/λ_min(Z̄²))/‖A‖_F = {rel_tol:.3g} (Lemma 5 at Δ = ε = {cfg.eps:g})", bool(rel <= rel_tol),
-                     kind="formulas", **_prop1_premise(cfg)))  # implied by "in-domain below ε" through Lemma 5
-    out.append(Check("Fig. 2(a): out-of-domain inference loss above in-domain (as in the paper)", "ood > in-domain",
-                     f"{float(last.inference_ood):.3g} vs {float(last.inference_in_domain):.3g}", "strict",
-                     bool(last.inference_ood > last.inference_in_domain), kind="formulas"))  # any Â ≠ A (a p.d. form)
+    out.append(
+        Check(
+            "Fig. 2(a): the trained attention approaches A (34): ‖Â − A‖_F / ‖A‖_F",
+            "→ 0",
+            f"{rel:.3g} (untrained: {ds.attrs['init_error'] / ds.attrs['A_norm']:.3g}; max column "
+            f"{float(ds.column_error.max()):.3g}, ‖A‖_F = {ds.attrs['A_norm']:.3g})",
+            f"≤ √(2Kε/λ_min(Z̄²))/‖A‖_F = {rel_tol:.3g} (Lemma 5 at Δ = ε = {cfg.eps:g})",
+            bool(rel <= rel_tol),
+            kind="formulas",
+            **_prop1_premise(cfg),
+        )
+    )  # implied by "in-domain below ε" through Lemma 5
+    out.append(
+        Check(
+            "Fig. 2(a): out-of-domain inference loss above in-domain (as in the paper)",
+            "ood > in-domain",
+            f"{float(last.inference_ood):.3g} vs {float(last.inference_in_domain):.3g}",
+            "strict",
+            bool(last.inference_ood > last.inference_in_domain),
+            kind="formulas",
+        )
+    )  # any Â ≠ A (a p.d. form)
     return out
 
 
@@ -246,10 +398,15 @@ def fig3(cfg: Config, key) -> xr.Dataset:
     task0 = draw(keys[0])
     y_all = task0.sample(jax.random.fold_in(key, 1), cfg.fig3_mc).y_query
     mc = jax.jit(jax.vmap(lambda n: Y.gap(y_all, task0, n)))(jnp.asarray(cfg.fig3_mc_Ns))
-    return xr.Dataset({"expected_gap": (("seed", "N"), np.asarray(gaps)),
-                       "mc_gap": ("N_mc", np.asarray(mc.mean(1))), "mc_se": ("N_mc", np.asarray(mc.std(1) / np.sqrt(mc.shape[1])))},
-                      coords={"seed": np.arange(cfg.fig3_seeds), "N": list(cfg.fig3_Ns), "N_mc": list(cfg.fig3_mc_Ns)},
-                      attrs={"m": cfg.fig3_m, "tau": cfg.tau, "K": cfg.K})
+    return xr.Dataset(
+        {
+            "expected_gap": (("seed", "N"), np.asarray(gaps)),
+            "mc_gap": ("N_mc", np.asarray(mc.mean(1))),
+            "mc_se": ("N_mc", np.asarray(mc.std(1) / np.sqrt(mc.shape[1]))),
+        },
+        coords={"seed": np.arange(cfg.fig3_seeds), "N": list(cfg.fig3_Ns), "N_mc": list(cfg.fig3_mc_Ns)},
+        attrs={"m": cfg.fig3_m, "tau": cfg.tau, "K": cfg.K},
+    )
 
 
 def _fig3_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
@@ -263,29 +420,57 @@ def _fig3_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     below, above = mean[Ns < cfg.fig3_m], mean[Ns > cfg.fig3_m]
     mono = bool(below.size and above.size and np.all(np.diff(below) < 0) and np.all(np.diff(above) > 0))
     window = _monotone_window(Ns, mean, cfg.fig3_m)
-    per_draw = int(np.sum(np.all(np.diff(g[:, Ns < cfg.fig3_m], axis=1) < 0, axis=1)
-                          & np.all(np.diff(g[:, Ns > cfg.fig3_m], axis=1) > 0, axis=1)))
+    per_draw = int(
+        np.sum(
+            np.all(np.diff(g[:, Ns < cfg.fig3_m], axis=1) < 0, axis=1)
+            & np.all(np.diff(g[:, Ns > cfg.fig3_m], axis=1) > 0, axis=1)
+        )
+    )
     return [
-        Check(f"Fig. 3 / §3.2: the gap vanishes at N = m = {cfg.fig3_m} and is smallest there ({cfg.fig3_seeds} feature draws)",
-              "0 at N = m; argmin = m", f"max gap at N = m: {np.abs(at_m).max():.2g}; argmin N {sorted(set(Ns[np.argmin(g, axis=1)].tolist()))}",
-              "1e-10 · max gap", bool(np.abs(at_m).max() <= 1e-10 * g.max() and np.all(Ns[np.argmin(g, axis=1)] == cfg.fig3_m)),
-              kind="formulas", **premise(cfg.fig3_m in Ns, f"fig3_Ns does not hold N = fig3_m = {cfg.fig3_m}")),
-        mc_check(f"Fig. 3: closed-form expected gap = Monte Carlo ({cfg.fig3_mc} prompts, N ≠ m)", exact0[off], mc[off],
-                 se[off], predicted=fmt(exact0[off], 3), simulated=fmt(mc[off], 3)),
-        Check("Fig. 3: at N = m the Monte-Carlo gap is 0 on every prompt", "0", fmt(mc[~off], 3), "abs 1e-12",
-              bool(np.all(np.abs(mc[~off]) < 1e-12)), kind="formulas",  # an identity: any prompt
-              **premise((~off).any(), f"fig3_mc_Ns does not hold N = fig3_m = {cfg.fig3_m}")),
-        paper_claim(f"Fig. 3: \"the closer N is to m, the better the transformer's prediction\" (§4), over N = "
-                    f"{Ns.min()}…{Ns.max()}, m = {cfg.fig3_m} (mean gap over {g.shape[0]} draws)",
-                    "gap decreasing in |N − m|", f"{'yes' if mono else 'no'}: decreasing in |N − m| for N in "
-                    f"[{window[0]}, {window[1]}] only (each draw alone over the whole range: {per_draw} of {g.shape[0]}; "
-                    f"the mean gap: {fmt(mean, 2)} for N = {fmt(Ns, 3)})", "strict, every N of the range", mono,
-                    assert_if=False, reason="the exact expectation (20) of this model, with no training or sampling to "
-                    "blame, contradicts it: the gap is 0 at N = m and grows next to it, but falls again far from m"
-                    if below.size > 1 and above.size > 1 else f"fig3_Ns needs two N or more on each side of m = "
-                    f"{cfg.fig3_m}", applies=below.size > 1 and above.size > 1,
-                    margin=f"holds within {min(cfg.fig3_m - window[0], window[1] - cfg.fig3_m)} of m",
-                    asserted_at="no size: a computation, not a run, contradicts it"),
+        Check(
+            f"Fig. 3 / §3.2: the gap vanishes at N = m = {cfg.fig3_m} and is smallest there ({cfg.fig3_seeds} feature draws)",
+            "0 at N = m; argmin = m",
+            f"max gap at N = m: {np.abs(at_m).max():.2g}; argmin N {sorted(set(Ns[np.argmin(g, axis=1)].tolist()))}",
+            "1e-10 · max gap",
+            bool(np.abs(at_m).max() <= 1e-10 * g.max() and np.all(Ns[np.argmin(g, axis=1)] == cfg.fig3_m)),
+            kind="formulas",
+            **premise(cfg.fig3_m in Ns, f"fig3_Ns does not hold N = fig3_m = {cfg.fig3_m}"),
+        ),
+        mc_check(
+            f"Fig. 3: closed-form expected gap = Monte Carlo ({cfg.fig3_mc} prompts, N ≠ m)",
+            exact0[off],
+            mc[off],
+            se[off],
+            predicted=fmt(exact0[off], 3),
+            simulated=fmt(mc[off], 3),
+        ),
+        Check(
+            "Fig. 3: at N = m the Monte-Carlo gap is 0 on every prompt",
+            "0",
+            fmt(mc[~off], 3),
+            "abs 1e-12",
+            bool(np.all(np.abs(mc[~off]) < 1e-12)),
+            kind="formulas",  # an identity: any prompt
+            **premise((~off).any(), f"fig3_mc_Ns does not hold N = fig3_m = {cfg.fig3_m}"),
+        ),
+        paper_claim(
+            f'Fig. 3: "the closer N is to m, the better the transformer\'s prediction" (§4), over N = '
+            f"{Ns.min()}…{Ns.max()}, m = {cfg.fig3_m} (mean gap over {g.shape[0]} draws)",
+            "gap decreasing in |N − m|",
+            f"{'yes' if mono else 'no'}: decreasing in |N − m| for N in "
+            f"[{window[0]}, {window[1]}] only (each draw alone over the whole range: {per_draw} of {g.shape[0]}; "
+            f"the mean gap: {fmt(mean, 2)} for N = {fmt(Ns, 3)})",
+            "strict, every N of the range",
+            mono,
+            assert_if=False,
+            reason="the exact expectation (20) of this model, with no training or sampling to "
+            "blame, contradicts it: the gap is 0 at N = m and grows next to it, but falls again far from m"
+            if below.size > 1 and above.size > 1
+            else f"fig3_Ns needs two N or more on each side of m = {cfg.fig3_m}",
+            applies=below.size > 1 and above.size > 1,
+            margin=f"holds within {min(cfg.fig3_m - window[0], window[1] - cfg.fig3_m)} of m",
+            asserted_at="no size: a computation, not a run, contradicts it",
+        ),
     ]
 
 
@@ -330,25 +515,44 @@ def fig4_sweep(cfg: Config, task64, key, out=None, progress: bool = False) -> xr
 
         parts = []
         for width in sorted(set(widths.values())):
+
             def run(heads, seed, key, width=width):
                 del seed
                 m0 = init(heads, key, width)
-                _, curve = dynamics.gradient_descent(excess, m0, m0.step_sizes(cfg.fig4_eta_Q, cfg.eta_w), cfg.fig4_steps,
-                                                     record_every=cfg.record_every, check_finite=False)
+                _, curve = dynamics.gradient_descent(
+                    excess,
+                    m0,
+                    m0.step_sizes(cfg.fig4_eta_Q, cfg.eta_w),
+                    cfg.fig4_steps,
+                    record_every=cfg.record_every,
+                    check_finite=False,
+                )
                 return {"excess": curve}
 
             meta = {"paper": NAME, "figure": 4, "padded_heads": width, "config": dataclasses.asdict(cfg)}
-            parts.append(sweep(run, {"heads": [h for h in cfg.fig4_heads if widths[h] == width], "seed": [0]}, key=key,
-                               chunk_size=1, out=None if out is None else Path(out) / f"width_{width}",
-                               progress=progress, meta=meta, output_dims={"excess": ("iteration",)},
-                               output_coords={"iteration": np.arange(cfg.fig4_steps // cfg.record_every) * cfg.record_every}))
+            parts.append(
+                sweep(
+                    run,
+                    {"heads": [h for h in cfg.fig4_heads if widths[h] == width], "seed": [0]},
+                    key=key,
+                    chunk_size=1,
+                    out=None if out is None else Path(out) / f"width_{width}",
+                    progress=progress,
+                    meta=meta,
+                    output_dims={"excess": ("iteration",)},
+                    output_coords={"iteration": np.arange(cfg.fig4_steps // cfg.record_every) * cfg.record_every},
+                )
+            )
         ds = xr.concat(parts, dim="heads").sel(heads=list(cfg.fig4_heads))
     # at each run's init (the sweep hands run_fn fold_in(key, seed)): the curvature of the w-Hessian and the floor
     # min_w Δ that w alone can reach; computed outside the sweep so that no LAPACK call runs inside the (possibly
     # multi-device) program
     k0 = jax.random.fold_in(key, 0)
-    at_init = jax.jit(jax.vmap(lambda h: (lambda m: (Y.w_curvature(m, task64), Y.w_floor(m, task64)))(
-        _cast(init(h, k0), jnp.float64))))
+    at_init = jax.jit(
+        jax.vmap(
+            lambda h: (lambda m: (Y.w_curvature(m, task64), Y.w_floor(m, task64)))(_cast(init(h, k0), jnp.float64))
+        )
+    )
     curvature, floor = at_init(jnp.asarray(cfg.fig4_heads))
     return ds.isel(seed=0).assign(w_curvature=("heads", np.asarray(curvature)), w_floor=("heads", np.asarray(floor)))
 
@@ -383,22 +587,44 @@ def _fig4_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     big, few = H >= cfg.N, H < cfg.N
     ok, stall = ~diverged & big, ~diverged & few
     return [
-        Check(f"Fig. 4: GD diverges exactly for the H whose w-curvature at init puts η_w = {cfg.eta_w:g} above 2/λ_max",
-              f"diverge: H = {H[predicted].tolist()}", f"diverged: H = {H[diverged].tolist()} (at steps {first_bad[diverged].tolist()})",
-              "same set", bool(np.array_equal(predicted, diverged))),
-        Check(f"Fig. 4 / Prop. 1: at the Gaussian init, w alone can reach L⋆ for every H ≥ N = {cfg.N} (min_w Δ = 0)",
-              "floor 0 (C_k of full row rank)", f"floor ÷ Δ(0): H = {H[big].tolist()}: {fmt(floor[big], 2)}", "≤ 1e-10",
-              bool(np.all(floor[big] <= 1e-10))),
-        Check("Fig. 4: and cannot for H < N (rank C_k ≤ H): a floor above L⋆", "floor > 0",
-              f"floor ÷ Δ(0): H = {H[few].tolist()}: {fmt(floor[few], 2)}", "≥ 1e-3", bool(np.all(floor[few] >= 1e-3)),
-              kind="formulas"),  # the rank bound holds for any Q
-        Check("Fig. 4: every stable H ≥ N keeps descending (\"the loss keeps descending when H = 30\", §4)",
-              f"Δ(T)/Δ(T/2) < {cfg.fig4_descending:g}", f"H = {H[ok].tolist()}: {fmt(late[ok], 2)} (Δ(T)/Δ(0) "
-              f"{fmt(ratio[ok], 2)})", f"after {cfg.fig4_steps} steps", bool(np.all(late[ok] < cfg.fig4_descending))),
-        Check("Fig. 4: every H < N stalls far from L⋆ (\"the loss stopped descending even when it is far from the "
-              "minimal value\", §4): at its floor", f"(Δ(T) − floor)/(Δ(0) − floor) ≤ {cfg.fig4_stalled:g}",
-              f"H = {H[stall].tolist()}: {fmt(to_floor[stall], 2)} (Δ(T)/Δ(0) {fmt(ratio[stall], 2)}, floor "
-              f"{fmt(floor[stall], 2)})", f"after {cfg.fig4_steps} steps", bool(np.all(to_floor[stall] <= cfg.fig4_stalled))),
+        Check(
+            f"Fig. 4: GD diverges exactly for the H whose w-curvature at init puts η_w = {cfg.eta_w:g} above 2/λ_max",
+            f"diverge: H = {H[predicted].tolist()}",
+            f"diverged: H = {H[diverged].tolist()} (at steps {first_bad[diverged].tolist()})",
+            "same set",
+            bool(np.array_equal(predicted, diverged)),
+        ),
+        Check(
+            f"Fig. 4 / Prop. 1: at the Gaussian init, w alone can reach L⋆ for every H ≥ N = {cfg.N} (min_w Δ = 0)",
+            "floor 0 (C_k of full row rank)",
+            f"floor ÷ Δ(0): H = {H[big].tolist()}: {fmt(floor[big], 2)}",
+            "≤ 1e-10",
+            bool(np.all(floor[big] <= 1e-10)),
+        ),
+        Check(
+            "Fig. 4: and cannot for H < N (rank C_k ≤ H): a floor above L⋆",
+            "floor > 0",
+            f"floor ÷ Δ(0): H = {H[few].tolist()}: {fmt(floor[few], 2)}",
+            "≥ 1e-3",
+            bool(np.all(floor[few] >= 1e-3)),
+            kind="formulas",
+        ),  # the rank bound holds for any Q
+        Check(
+            'Fig. 4: every stable H ≥ N keeps descending ("the loss keeps descending when H = 30", §4)',
+            f"Δ(T)/Δ(T/2) < {cfg.fig4_descending:g}",
+            f"H = {H[ok].tolist()}: {fmt(late[ok], 2)} (Δ(T)/Δ(0) {fmt(ratio[ok], 2)})",
+            f"after {cfg.fig4_steps} steps",
+            bool(np.all(late[ok] < cfg.fig4_descending)),
+        ),
+        Check(
+            'Fig. 4: every H < N stalls far from L⋆ ("the loss stopped descending even when it is far from the '
+            'minimal value", §4): at its floor',
+            f"(Δ(T) − floor)/(Δ(0) − floor) ≤ {cfg.fig4_stalled:g}",
+            f"H = {H[stall].tolist()}: {fmt(to_floor[stall], 2)} (Δ(T)/Δ(0) {fmt(ratio[stall], 2)}, floor "
+            f"{fmt(floor[stall], 2)})",
+            f"after {cfg.fig4_steps} steps",
+            bool(np.all(to_floor[stall] <= cfg.fig4_stalled)),
+        ),
     ]
 
 
@@ -420,8 +646,15 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     for k, label, c in (("in_domain", "in-domain", "C0"), ("ood", "out-of-domain", "C1")):
         ax[1].semilogy(it, ds2[f"inference_{k}"], c=c, label=f"{label}, exact expectation")
         sub = slice(None, None, max(1, len(it) // 20))
-        ax[1].errorbar(it[sub], ds2[f"test_{k}"].values[sub], 2 * ds2[f"test_{k}_se"].values[sub], fmt="o", ms=3, c=c,
-                       label=f"{label}, {cfg.test_prompts}-prompt test set (±2 s.e.)")
+        ax[1].errorbar(
+            it[sub],
+            ds2[f"test_{k}"].values[sub],
+            2 * ds2[f"test_{k}_se"].values[sub],
+            fmt="o",
+            ms=3,
+            c=c,
+            label=f"{label}, {cfg.test_prompts}-prompt test set (±2 s.e.)",
+        )
     ax[1].set(xlabel="iteration", ylabel="(1/2K)‖ŷ − ŷ⋆‖²", title="Fig. 2(a): inference losses (Thm 2)")
     ax[1].legend(fontsize=8)
     figs.append(save_paper_figure(fig, out, NAME, "fig2a_losses.png"))
@@ -432,8 +665,12 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     ax.fill_between(ds3.N, g.min(0), g.max(0), alpha=0.25, label="min–max over draws")
     ax.errorbar(ds3.N_mc, ds3.mc_gap, 2 * ds3.mc_se, fmt="o", c="k", ms=4, label="Monte Carlo, draw 0 (±2 s.e.)")
     ax.axvline(cfg.fig3_m, ls=":", c="gray")
-    ax.set(xlabel="N (examples in the prompt)", ylabel="(1/K)‖ŷ⋆ − ŷbest‖²", title=f"Fig. 3: m = {cfg.fig3_m}, τ = {cfg.tau:g}",
-           ylim=(max(float(g[g > 0].min()) / 3, 1e-8), None))
+    ax.set(
+        xlabel="N (examples in the prompt)",
+        ylabel="(1/K)‖ŷ⋆ − ŷbest‖²",
+        title=f"Fig. 3: m = {cfg.fig3_m}, τ = {cfg.tau:g}",
+        ylim=(max(float(g[g > 0].min()) / 3, 1e-8), None),
+    )
     ax.legend(fontsize=8)
     figs.append(save_paper_figure(fig, out, NAME, "fig3_gap.png"))
 
@@ -442,15 +679,22 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     top = 30 * float(np.nanmax(ds4.excess.values[:, 0]))
     for i, h in enumerate(ds4.heads.values):
         y = ds4.excess.values[i]
-        (line,) = ax[0].semilogy(ds4.iteration, np.where(np.isfinite(y) & (y < top), y, np.nan),
-                                 label=f"H = {h}" + (f" (diverged at {first_bad[i]})" if diverged[i] else ""))
+        (line,) = ax[0].semilogy(
+            ds4.iteration,
+            np.where(np.isfinite(y) & (y < top), y, np.nan),
+            label=f"H = {h}" + (f" (diverged at {first_bad[i]})" if diverged[i] else ""),
+        )
         if diverged[i]:
             ax[0].plot([first_bad[i]], [top / 2], "x", c=line.get_color(), ms=9)
         elif floor[i] > 1e-10:  # the floor min_w Δ of w alone at this H's Q (H < N)
             ax[0].axhline(floor[i] * y[0], c=line.get_color(), ls=":", lw=1)
     ax[0].set_ylim(top=top)
-    ax[0].set(xlabel="iteration", ylabel="L(θ) − L⋆", title=f"Fig. 4: η_Q = {cfg.fig4_eta_Q:g}, η_w = {cfg.eta_w:g}, N = "
-              f"{cfg.N}\n(dotted: the floor min_w Δ of each H < N)")
+    ax[0].set(
+        xlabel="iteration",
+        ylabel="L(θ) − L⋆",
+        title=f"Fig. 4: η_Q = {cfg.fig4_eta_Q:g}, η_w = {cfg.eta_w:g}, N = "
+        f"{cfg.N}\n(dotted: the floor min_w Δ of each H < N)",
+    )
     ax[0].legend(fontsize=7, ncol=2)
     ax[1].loglog(ds4.heads, limit, "o-", label="2/λ_max of the w-Hessian at init")
     ax[1].axhline(cfg.eta_w, c="r", ls="--", label="η_w")
@@ -468,9 +712,16 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     return figs
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None, transformers: bool = True, config: Config | None = None) -> PaperResult:
-    """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Figs. 2(b) and 5 (transformer
+def run(
+    size: str = "quick",
+    out: Path = Path("jaxicl-report"),
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    transformers: bool = True,
+    config: Config | None = None,
+) -> PaperResult:
+    """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Figs.
+    2(b) and 5 (transformer
     training)."""
     cfg = config or SIZES[size]
     cfg = cfg if transformers else dataclasses.replace(cfg, transformer=None)
@@ -491,7 +742,9 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         save(dsth, "theorems.nc")
         lap("Prop. 1, Thms 1-2")
         task = paper_task(cfg, jax.random.fold_in(key, 3))
-        cp = Y.theorem1_constants(MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 4), cfg.heads, cfg.d, cfg.K, cfg.beta), task)
+        cp = Y.theorem1_constants(
+            MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 4), cfg.heads, cfg.d, cfg.K, cfg.beta), task
+        )
         ds2 = fig2a(cfg, task, jax.random.fold_in(key, 4))
         checks += _fig2_checks(ds2, cfg)
         save(ds2, "fig2a.nc")
@@ -512,25 +765,31 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         save(dst, "fig2b_fig5_transformer.nc")
         lap("Figs. 2(b), 5 (transformers)")
         notes.append(
-            f"Figs. 2(b) and 5: {tc.n_layers}-layer transformers (pre-LN GPT-2 blocks, causal), width {tc.d_model}, MLP {tc.d_ff}, "
+            f"Figs. 2(b) and 5: {tc.n_layers}-layer transformers (pre-LN GPT-2 blocks, causal), width "
+            f"{tc.d_model}, MLP {tc.d_ff}, "
             f"Adam lr {tc.lr:g}, batch {tc.batch}, {tc.steps} steps on fresh prompts, on their own dictionary: N = {tc.N}, "
             f"K = {tc.K}, d = {tc.d}, m = {tc.m}, τ = {tc.tau:g} (paper: N = 30, K = 200, d = 100, m = 20, width 256, MLP 512, "
             "batch 256, lr 1e-4, 100 s per H on its GPU). Fig. 5's fixed budget is counted in floating-point operations "
             "from each model's shape (the paper fixed 100 s of its GPU): every machine trains and reads each H at the same "
-            "steps; the measured step times are reported beside it.")
+            "steps; the measured step times are reported beside it."
+        )
 
     notes.append(
-        f"Loss (9) with its ½; trained by GD with two step sizes (eq. 10) on the exact loss, η_Q = {cfg.eta_Q:g}, η_w = {cfg.eta_w:g} "
+        f"Loss (9) with its ½; trained by GD with two step sizes (eq. 10) on the exact loss, η_Q = "
+        f"{cfg.eta_Q:g}, η_w = {cfg.eta_w:g} "
         f"(Fig. 4: η_Q = {cfg.fig4_eta_Q:g}, Thm 1's regime where w moves and Q stays at its init) "
         f"(the paper's experiments use Adam, lr 1e-4). Figs. 2(a) and 4: N = {cfg.N}, K = {cfg.K}, d = {cfg.d}, m = {cfg.m}, "
         f"τ = {cfg.tau:g} (not stated in §4; Fig. 3's value), float32; theorem checks in float64. At the paper's size the "
         f"step sizes of Thm 1 are η_Q = 1/L = {cp.eta_Q:.2g} and η_w = {cp.eta_w:.2g} with ζ0 = {cp.zeta0:.2g}: the guaranteed "
         f"rate 1 − {1 - cp.rate:.2g} per step would take ~{1 / (1 - cp.rate):.1g} steps per e-fold, so Thm 1 is checked at its "
         "own step sizes on a small dictionary and the figures use practical ones. Lemma 5 as printed omits the irreducible "
-        "noise mτ(K − N)/(2K) of the unseen labels from L⋆; jaxicl's L⋆ includes it (Δ is unaffected).")
+        "noise mτ(K − N)/(2K) of the unseen labels from L⋆; jaxicl's L⋆ includes it (Δ is unaffected)."
+    )
     figures = _figures(out, cfg, ds2, ds3, ds4, dsth)
     if tc is not None:
         figures.append(_transformer_figure(out, dst, tc))
         if status is not None:
             partial[figures[-1]] = status
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial)
+    return PaperResult(
+        NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial
+    )

@@ -40,8 +40,14 @@ class TransformerConfig(Consistent):
         return transformer_arrays("the transformers", self.batch, self.K, self.d_model, self.n_layers, self.d_ff)
 
     def contradictions(self) -> list[str]:
-        out = [] if self.N < self.K else [f"transformer.N = {self.N} is not below transformer.K = {self.K}: a prompt "
-                                          "shows N of the K tokens and asks for the others"]
+        out = (
+            []
+            if self.N < self.K
+            else [
+                f"transformer.N = {self.N} is not below transformer.K = {self.K}: a prompt "
+                "shows N of the K tokens and asks for the others"
+            ]
+        )
         uneven = sorted({h for h in (self.heads, *self.fig5_heads) if self.d_model % h})
         if uneven:
             out.append(f"transformer.d_model = {self.d_model} is not divisible by the head count(s) {uneven}")
@@ -94,20 +100,34 @@ class Config(Sized):
     seed: int = 0
 
     def largest_arrays(self) -> dict[str, int]:
-        return {"the heads' Q_h of Fig. 4's largest H and their gradients (float64)":
-                8 * 2 * max(self.fig4_heads) * self.d**2,
-                "the Monte-Carlo prompts (float64)": 8 * self.mc_prompts * (self.N + 1) * self.d,
-                "Fig. 3's Monte-Carlo prompts (float64)": 8 * self.fig3_mc * (max(self.fig3_mc_Ns) + 1) * self.d}
+        return {
+            "the heads' Q_h of Fig. 4's largest H and their gradients (float64)": 8
+            * 2
+            * max(self.fig4_heads)
+            * self.d**2,
+            "the Monte-Carlo prompts (float64)": 8 * self.mc_prompts * (self.N + 1) * self.d,
+            "Fig. 3's Monte-Carlo prompts (float64)": 8 * self.fig3_mc * (max(self.fig3_mc_Ns) + 1) * self.d,
+        }
 
     def contradictions(self) -> list[str]:
         """A prompt shows N of the K tokens (§2: N < K), at every size the reproduction uses; the recorded curves
         sample every run at whole intervals."""
-        out = [f"{a} = {n} is not below {b} = {k}: a prompt shows N of the K tokens"
-               for a, n, b, k in (("N", self.N, "K", self.K), ("th_N", self.th_N, "th_K", self.th_K)) if n >= k]
-        out += [f"{k} = {getattr(self, k)} is not a multiple of record_every = {self.record_every}: the curves record "
-                "one point every record_every steps" for k in ("steps", "fig4_steps") if getattr(self, k) % self.record_every]
-        out += [f"{k} = {getattr(self, k)} is not a multiple of 100: the theorem checks record 100 points of each run"
-                for k in ("th_steps", "th_paper_steps") if getattr(self, k) % 100]
+        out = [
+            f"{a} = {n} is not below {b} = {k}: a prompt shows N of the K tokens"
+            for a, n, b, k in (("N", self.N, "K", self.K), ("th_N", self.th_N, "th_K", self.th_K))
+            if n >= k
+        ]
+        out += [
+            f"{k} = {getattr(self, k)} is not a multiple of record_every = {self.record_every}: the curves record "
+            "one point every record_every steps"
+            for k in ("steps", "fig4_steps")
+            if getattr(self, k) % self.record_every
+        ]
+        out += [
+            f"{k} = {getattr(self, k)} is not a multiple of 100: the theorem checks record 100 points of each run"
+            for k in ("th_steps", "th_paper_steps")
+            if getattr(self, k) % 100
+        ]
         if not 0 < self.eps:
             out.append(f"eps = {self.eps:g}: Thm 2's ε must be positive")
         for key in ("fig3_Ns", "fig3_mc_Ns"):
@@ -123,10 +143,36 @@ TRANSFORMER_SETTINGS = "transformer"  # off under --skip-transformers
 # 0.056 of its 0.1 bound and Fig. 2(b)'s in-domain inference loss falling 51-83 times (the bound: 10); Fig. 5's best H
 # is the largest, 16, at 500 and at 700 steps (not reproduced)
 SIZES = {
-    "quick": Config(steps=300, fig4_steps=300, eps=0.1, fig3_seeds=4, fig3_mc=2000, th_paper_steps=3000,
-                    transformer=TransformerConfig(steps=500, chunk=100)),
-    "full": Config(steps=2000, fig4_steps=600, eps=0.02, fig3_seeds=16, fig3_mc=20_000,
-                   transformer=TransformerConfig(d=100, K=200, N=30, m=20, d_model=256, d_ff=512, heads=8,
-                                                 fig5_heads=(1, 2, 4, 8, 16, 32, 64), steps=20_000, batch=256, lr=1e-4,
-                                                 chunk=500, smooth=500, compute_dtype="bfloat16")),
+    "quick": Config(
+        steps=300,
+        fig4_steps=300,
+        eps=0.1,
+        fig3_seeds=4,
+        fig3_mc=2000,
+        th_paper_steps=3000,
+        transformer=TransformerConfig(steps=500, chunk=100),
+    ),
+    "full": Config(
+        steps=2000,
+        fig4_steps=600,
+        eps=0.02,
+        fig3_seeds=16,
+        fig3_mc=20_000,
+        transformer=TransformerConfig(
+            d=100,
+            K=200,
+            N=30,
+            m=20,
+            d_model=256,
+            d_ff=512,
+            heads=8,
+            fig5_heads=(1, 2, 4, 8, 16, 32, 64),
+            steps=20_000,
+            batch=256,
+            lr=1e-4,
+            chunk=500,
+            smooth=500,
+            compute_dtype="bfloat16",
+        ),
+    ),
 }

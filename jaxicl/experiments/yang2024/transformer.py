@@ -50,8 +50,9 @@ def budget_steps(tc: TransformerConfig, heads) -> dict:
     return {int(h): int(budget // step_flops(tc, h)) for h in heads}
 
 
-def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: bool = False,
-                       budget: TimeBudget | None = None) -> xr.Dataset:
+def train_transformers(
+    tc: TransformerConfig, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None
+) -> xr.Dataset:
     """One run per H in ``tc.fig5_heads`` (and ``tc.heads``): the training loss ½·mean_k(ŷ_k − y_k)² of every step,
     the inference losses (1/2K)‖ŷ − ŷ⋆‖² on the in-domain and out-of-domain test sets every chunk, and the
     seconds per step of its training (compilation excluded; stored in the checkpoint, so a resumed run has it too).
@@ -67,8 +68,10 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
         A64, L_star = Y.optimal_prediction_matrix(task64), float(Y.loss_infimum(task64))
     k_in, k_ood = jax.random.split(jax.random.fold_in(key, 1))
     task, A = _cast(task64, jnp.float32), A64.astype(jnp.float32)
-    sets = {"in_domain": task.sample(k_in, tc.test_prompts),
-            "ood": task.with_coefficients(1.0, 2.0).sample(k_ood, tc.test_prompts)}
+    sets = {
+        "in_domain": task.sample(k_in, tc.test_prompts),
+        "ood": task.with_coefficients(1.0, 2.0).sample(k_ood, tc.test_prompts),
+    }
     tests = {k: tasks.template_encoding(p, p.y @ A) for k, p in sets.items()}  # clean target ŷ⋆ = Aᵀy (eq. 27)
 
     @eqx.filter_jit
@@ -81,15 +84,34 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
     curves, evals, seconds, runs = [], [], [], []
     plan(budget, len(heads))
     for i, H in enumerate(heads):
-        model = models.StandardTransformer(jax.random.fold_in(key, 10 + i), tc.d + 1, 1, n_layers=tc.n_layers,
-                                           d_model=tc.d_model, n_heads=H, d_ff=tc.d_ff, max_len=tc.K)
+        model = models.StandardTransformer(
+            jax.random.fold_in(key, 10 + i),
+            tc.d + 1,
+            1,
+            n_layers=tc.n_layers,
+            d_model=tc.d_model,
+            n_heads=H,
+            d_ff=tc.d_ff,
+            max_len=tc.K,
+        )
         if progress:
             print(f"  training the {tc.n_layers}-layer transformer, H = {H}", flush=True)
-        res = train(loss, model, n_steps[H], jax.random.fold_in(key, 100 + i), optimizer=optax.adam(tc.lr),
-                    chunk_size=tc.chunk, checkpoint=ckpt_dir / f"transformer_H{H}.ckpt", eval_fn=lambda m: inference_losses(m, tests),
-                    eval_every=tc.chunk, progress=progress, label=f"H={H}", deadline=next_deadline(budget),
-                    compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
-                    config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}})
+        res = train(
+            loss,
+            model,
+            n_steps[H],
+            jax.random.fold_in(key, 100 + i),
+            optimizer=optax.adam(tc.lr),
+            chunk_size=tc.chunk,
+            checkpoint=ckpt_dir / f"transformer_H{H}.ckpt",
+            eval_fn=lambda m: inference_losses(m, tests),
+            eval_every=tc.chunk,
+            progress=progress,
+            label=f"H={H}",
+            deadline=next_deadline(budget),
+            compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
+            config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}},
+        )
         runs.append(res)
         seconds.append(1 / res.steps_per_second)
     # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
@@ -101,12 +123,21 @@ def train_transformers(tc: TransformerConfig, key, ckpt_dir: Path, progress: boo
         at = np.searchsorted(eval_steps, res.eval_steps)
         evals[i, at] = np.stack([res.evals[f"inference_{k}"] for k in tests], -1)
     return xr.Dataset(
-        {"loss": (("heads", "step"), curves),
-         "inference": (("heads", "eval_step", "test_set"), evals),
-         "step_seconds": ("heads", np.asarray(seconds))},
+        {
+            "loss": (("heads", "step"), curves),
+            "inference": (("heads", "eval_step", "test_set"), evals),
+            "step_seconds": ("heads", np.asarray(seconds)),
+        },
         coords={"heads": heads, "step": np.arange(1, tc.steps + 1), "eval_step": eval_steps, "test_set": list(tests)},
-        attrs={"L_star": L_star, "n_layers": tc.n_layers, "d_model": tc.d_model, "d_ff": tc.d_ff,
-               "status": partial_status(runs) or "complete", "steps_trained": [int(r.step) for r in runs]})
+        attrs={
+            "L_star": L_star,
+            "n_layers": tc.n_layers,
+            "d_model": tc.d_model,
+            "d_ff": tc.d_ff,
+            "status": partial_status(runs) or "complete",
+            "steps_trained": [int(r.step) for r in runs],
+        },
+    )
 
 
 def at_budget(ds: xr.Dataset, tc: TransformerConfig):
@@ -117,7 +148,7 @@ def at_budget(ds: xr.Dataset, tc: TransformerConfig):
     trained = np.asarray(ds.attrs.get("steps_trained", [tc.steps] * len(H)))
     steps = budget_steps(tc, H)
     n = np.minimum(trained, [steps[int(h)] for h in H])
-    loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0):k].mean() if k else np.nan for i, k in enumerate(n)])
+    loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0) : k].mean() if k else np.nan for i, k in enumerate(n)])
     ev = np.array([np.searchsorted(ds.eval_step.values, k, side="right") - 1 for k in n])
     inf = ds.inference.values[np.arange(len(n)), ev]
     return tc.steps * min(step_flops(tc, h) for h in H), n, loss, inf
@@ -133,49 +164,92 @@ def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
     L_star = ds.attrs["L_star"]
     run = ds.sel(heads=tc.heads)
     first = float(run.loss.values[: tc.smooth].mean())
-    last = float(run.loss.values[-tc.smooth:].mean())
+    last = float(run.loss.values[-tc.smooth :].mean())
     frac = (last - L_star) / (first - L_star)
     inf0, inf1 = run.inference.values[0], run.inference.values[-1]
     out = [
-        Check(f"Fig. 2(b): the {tc.n_layers}-layer transformer's training loss (9) approaches L⋆ = {L_star:.4g} "
-              f"(H = {tc.heads}, {tc.steps} Adam steps; excess over L⋆, last vs first {tc.smooth} steps)",
-              "< 0.1 of the initial excess", f"{first:.4g} → {last:.4g}: {frac:.3g}", "0.1", bool(frac < 0.1), seeds=3),
-        Check("Fig. 2(b): in-domain inference loss (1/2K)‖ŷ − ŷ⋆‖² falls with training (ŷ → ŷ⋆, Thm 2's limit)",
-              "÷ ≥ 10", f"{inf0[0]:.3g} → {inf1[0]:.3g} (÷ {inf0[0] / inf1[0]:.3g})", "factor 10",
-              bool(inf1[0] * 10 <= inf0[0]), seeds=3),
+        Check(
+            f"Fig. 2(b): the {tc.n_layers}-layer transformer's training loss (9) approaches L⋆ = {L_star:.4g} "
+            f"(H = {tc.heads}, {tc.steps} Adam steps; excess over L⋆, last vs first {tc.smooth} steps)",
+            "< 0.1 of the initial excess",
+            f"{first:.4g} → {last:.4g}: {frac:.3g}",
+            "0.1",
+            bool(frac < 0.1),
+            seeds=3,
+        ),
+        Check(
+            "Fig. 2(b): in-domain inference loss (1/2K)‖ŷ − ŷ⋆‖² falls with training (ŷ → ŷ⋆, Thm 2's limit)",
+            "÷ ≥ 10",
+            f"{inf0[0]:.3g} → {inf1[0]:.3g} (÷ {inf0[0] / inf1[0]:.3g})",
+            "factor 10",
+            bool(inf1[0] * 10 <= inf0[0]),
+            seeds=3,
+        ),
         # λ ~ N(1, 4I) is never trained on: the paper shows the same descending trend, at a higher level
-        Check("Fig. 2(b): out-of-domain inference loss falls with training too (unseen tasks, λ ~ N(1, 4I))",
-              "decreases", f"{inf0[1]:.3g} → {inf1[1]:.3g} (÷ {inf0[1] / inf1[1]:.3g})", "last < first",
-              bool(inf1[1] < inf0[1]), seeds=3),
-        Check("Fig. 2(b): out-of-domain inference loss above in-domain (as in the paper)", "ood > in-domain",
-              f"{inf1[1]:.3g} vs {inf1[0]:.3g}", "strict", bool(inf1[1] > inf1[0]), seeds=3),
+        Check(
+            "Fig. 2(b): out-of-domain inference loss falls with training too (unseen tasks, λ ~ N(1, 4I))",
+            "decreases",
+            f"{inf0[1]:.3g} → {inf1[1]:.3g} (÷ {inf0[1] / inf1[1]:.3g})",
+            "last < first",
+            bool(inf1[1] < inf0[1]),
+            seeds=3,
+        ),
+        Check(
+            "Fig. 2(b): out-of-domain inference loss above in-domain (as in the paper)",
+            "ood > in-domain",
+            f"{inf1[1]:.3g} vs {inf1[0]:.3g}",
+            "strict",
+            bool(inf1[1] > inf1[0]),
+            seeds=3,
+        ),
     ]
     budget, n, loss, inf = at_budget(ds, tc)
     H = ds.heads.values
     excess = (loss - L_star) / (first - L_star)
-    out.append(Check(f"Fig. 5: at a fixed compute budget ({budget:.3g} floating-point operations: {tc.steps} steps of "
-                     f"H = {int(H[0])}) every H, including H = 1 < N = {tc.N}, brings the training loss near L⋆ (deep "
-                     "transformers need no H ≥ N)", "excess < 0.1 of the initial",
-                     ", ".join(f"H={h}: {e:.2g}" for h, e in zip(H, excess)), "0.1", bool(np.all(excess < 0.1)), seeds=3))
+    out.append(
+        Check(
+            f"Fig. 5: at a fixed compute budget ({budget:.3g} floating-point operations: {tc.steps} steps of "
+            f"H = {int(H[0])}) every H, including H = 1 < N = {tc.N}, brings the training loss near L⋆ (deep "
+            "transformers need no H ≥ N)",
+            "excess < 0.1 of the initial",
+            ", ".join(f"H={h}: {e:.2g}" for h, e in zip(H, excess)),
+            "0.1",
+            bool(np.all(excess < 0.1)),
+            seeds=3,
+        )
+    )
     best = int(H[np.argmin(loss)])
     # the FLOP budget lets only the attention's softmax term grow with H (the projections' FLOPs do not depend on H):
     # every H gets nearly the same steps, so of the paper's two mechanisms (fewer iterations for a larger H in its 100 s,
     # a slower descent per iteration) this row tests the second alone
     spread = float(n.max() / n.min() - 1)
-    out.append(paper_claim(f"Fig. 5: the best H at a fixed budget is small (paper: H = 4 of 1…64; here of {H.tolist()}); "
-                           f"the budget in FLOPs gives every H the same steps within {spread:.0%}, so this is the "
-                           "paper's second mechanism alone (a slower descent per step for a larger H)",
-                           f"argmin H ≤ the median H ({int(np.median(H))})",
-                           f"argmin H = {best}; steps in the budget {dict(zip(H.tolist(), n.tolist()))}",
-                           "argmin ≤ median", best <= np.median(H), trained_as_paper(tc),
-                           f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})",
-                           margin=f"loss at the median H ÷ at H = 1: {float(loss[list(H).index(int(np.median(H)))] / loss[0]):.3g}",
-                           asserted_at="--full"))
+    out.append(
+        paper_claim(
+            f"Fig. 5: the best H at a fixed budget is small (paper: H = 4 of 1…64; here of {H.tolist()}); "
+            f"the budget in FLOPs gives every H the same steps within {spread:.0%}, so this is the "
+            "paper's second mechanism alone (a slower descent per step for a larger H)",
+            f"argmin H ≤ the median H ({int(np.median(H))})",
+            f"argmin H = {best}; steps in the budget {dict(zip(H.tolist(), n.tolist()))}",
+            "argmin ≤ median",
+            best <= np.median(H),
+            trained_as_paper(tc),
+            f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})",
+            margin=f"loss at the median H ÷ at H = 1: {float(loss[list(H).index(int(np.median(H)))] / loss[0]):.3g}",
+            asserted_at="--full",
+        )
+    )
     sec = ds.step_seconds.values
-    out.append(Check("Fig. 5 on this machine's clock: measured time per step, and the steps each H would complete in "
-                     "the time the fastest H needs for its budget", "—",
-                     f"ms/step {dict(zip(H.tolist(), np.round(1e3 * sec, 2).tolist()))}; steps "
-                     f"{dict(zip(H.tolist(), (tc.steps * np.nanmin(sec) // sec).astype(int).tolist()))}", "—", None))
+    out.append(
+        Check(
+            "Fig. 5 on this machine's clock: measured time per step, and the steps each H would complete in "
+            "the time the fastest H needs for its budget",
+            "—",
+            f"ms/step {dict(zip(H.tolist(), np.round(1e3 * sec, 2).tolist()))}; steps "
+            f"{dict(zip(H.tolist(), (tc.steps * np.nanmin(sec) // sec).astype(int).tolist()))}",
+            "—",
+            None,
+        )
+    )
     return out
 
 
@@ -207,15 +281,23 @@ def _transformer_figure(out, ds: xr.Dataset, tc: TransformerConfig) -> str:
     for j, t in enumerate(ds.test_set.values):
         ax[1].semilogx(H, inf[:, j], "s-", label=f"inference loss ({t})")
     ax[1].axhline(ds.attrs["L_star"], color="gray", ls="--", label="L⋆")
-    ax[1].set(yscale="log", xlabel="heads H", ylabel="loss at the budget",
-              title=f"Fig. 5(a): losses at {budget:.3g} operations")
+    ax[1].set(
+        yscale="log",
+        xlabel="heads H",
+        ylabel="loss at the budget",
+        title=f"Fig. 5(a): losses at {budget:.3g} operations",
+    )
     ax[1].legend(fontsize=8)
     for i, h in enumerate(H):
         steps, y = smooth(ds.loss.values[i, : n[i]])
         ax[2].semilogy(steps * step_flops(tc, int(h)), y, label=f"H = {h}")
     ax[2].axhline(ds.attrs["L_star"], color="gray", ls="--")
-    ax[2].set(xscale="log", xlabel="floating-point operations (per-step count × steps)", ylabel="training loss",
-              title="Fig. 5(b): training curves within the budget")
+    ax[2].set(
+        xscale="log",
+        xlabel="floating-point operations (per-step count × steps)",
+        ylabel="training loss",
+        title="Fig. 5(b): training curves within the budget",
+    )
     ax[2].legend(fontsize=8)
     if ds.attrs.get("status", "complete") != "complete":
         fig.suptitle(f"[{ds.attrs['status']}]")

@@ -26,12 +26,30 @@ from ... import dynamics, losses, models, tasks
 from ...runtime.budget import TimeBudget
 from ...theory import zhang
 from ..report import (
-    Check, PaperResult, fmt, lap_timer, mark_partial, mc_check, paper_claim, powered_mean_and_se, save_dataset,
-    save_paper_figure)
+    Check,
+    PaperResult,
+    fmt,
+    lap_timer,
+    mark_partial,
+    mc_check,
+    paper_claim,
+    powered_mean_and_se,
+    save_dataset,
+    save_paper_figure,
+)
+
 # the reproduction's names live in this package's modules (settings, Fig. 1) and are all reachable from here
 from .config import NAME, SETTINGS_DOCS, SIZES, TITLE, TRANSFORMER_SETTINGS, Config, GPT2Config  # noqa: F401
 from .fig1 import (  # noqa: F401
-    FIG1_TRAIN, _fig1_figure, _fig1_model, fig1, fig1_checks, fig1_lsa_limits, fig1_test_priors, trained_as_paper)
+    FIG1_TRAIN,
+    _fig1_figure,
+    _fig1_model,
+    fig1,
+    fig1_checks,
+    fig1_lsa_limits,
+    fig1_test_priors,
+    trained_as_paper,
+)
 
 
 def example_covariance(d: int) -> jnp.ndarray:
@@ -103,7 +121,9 @@ def balanced_flow(cfg: Config, m_bal=None, progress: bool = False) -> BalancedFl
     Lam = example_covariance(d)
     task = tasks.LinearRegression(d, N, tasks.FixedCovariance(Lam))
     if m_bal is None:  # run()'s third draw from its keys
-        m_bal = models.LinearSelfAttention.balanced_init(d, cfg.sigma, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 2))
+        m_bal = models.LinearSelfAttention.balanced_init(
+            d, cfg.sigma, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 2)
+        )
     holds, lhs = zhang.sigma_condition(cfg.sigma, Lam, N)
     loss_fn = lambda m: losses.population_loss(m, task)  # noqa: E731
     sol = dynamics.gradient_flow(loss_fn, m_bal, cfg.t1, rtol=1e-10, atol=1e-12, progress=progress)
@@ -127,14 +147,30 @@ def balanced_flow(cfg: Config, m_bal=None, progress: bool = False) -> BalancedFl
         paper_claim("flow → W^KQ_* (4.1)", "0", f"{e_kq:.1e}", "rel 1e-6", e_kq <= 1e-6, **thm41),
         paper_claim("flow → W^PV_* (4.1)", "0", f"{e_pv:.1e}", "rel 1e-6", e_pv <= 1e-6, **thm41),
         Check("u₋₁² − ‖U₁₁‖² conserved", "0", f"{drift:.1e}", "abs 1e-8", drift <= 1e-8),
-        paper_claim("PL (5.8): ‖∇ℓ̃‖² ≥ μ(ℓ̃ − min) at every saved t", f"ratio ≥ 1 (μ = {float(mu):.3g})",
-                    f"min ratio {pl_ratio:.3g}", "≥ 1 − 1e-9", pl_ratio >= 1 - 1e-9, **thm41),
-        paper_claim("gap(t) ≤ gap(0) e^{−μt}", "≤ 1", f"max ratio {decay:.3g}", "≤ 1 + 1e-6", decay <= 1 + 1e-6, **thm41),
-        paper_claim("final loss = min L (Lemma 5.3)", fmt(lmin, 10), fmt(sol.losses[-1], 10), "abs 1e-10",
-                    abs(float(sol.losses[-1] - lmin)) <= 1e-10, **thm41),
+        paper_claim(
+            "PL (5.8): ‖∇ℓ̃‖² ≥ μ(ℓ̃ − min) at every saved t",
+            f"ratio ≥ 1 (μ = {float(mu):.3g})",
+            f"min ratio {pl_ratio:.3g}",
+            "≥ 1 − 1e-9",
+            pl_ratio >= 1 - 1e-9,
+            **thm41,
+        ),
+        paper_claim(
+            "gap(t) ≤ gap(0) e^{−μt}", "≤ 1", f"max ratio {decay:.3g}", "≤ 1 + 1e-6", decay <= 1 + 1e-6, **thm41
+        ),
+        paper_claim(
+            "final loss = min L (Lemma 5.3)",
+            fmt(lmin, 10),
+            fmt(sol.losses[-1], 10),
+            "abs 1e-10",
+            abs(float(sol.losses[-1] - lmin)) <= 1e-10,
+            **thm41,
+        ),
     ]
-    note = (f"Thm 4.1's condition on the initialisation: σ²‖Γ‖√d = {float(lhs):.3g} "
-            f"({'<' if holds else '≥'} 2: its claims {'asserted' if holds else 'not asserted'}).")
+    note = (
+        f"Thm 4.1's condition on the initialisation: σ²‖Γ‖√d = {float(lhs):.3g} "
+        f"({'<' if holds else '≥'} 2: its claims {'asserted' if holds else 'not asserted'})."
+    )
     return BalancedFlow(checks, note, sol, float(lmin), gap, mu, loss_fn, bal)
 
 
@@ -142,8 +178,15 @@ def balanced_flow_stage(cfg: Config):
     """Thm 4.1 from the balanced initialisation (`balanced_flow`): its checks, and the final loss against
     Lemma 5.3's minimum, the PL constant μ and the flow's loss gap over time."""
     flow = balanced_flow(cfg)
-    ds = xr.Dataset({"final_loss": float(flow.sol.losses[-1]), "min_loss": flow.lmin, "pl_constant": float(flow.mu),
-                     "loss_gap": ("t", np.asarray(flow.gap))}, coords={"t": np.asarray(flow.sol.ts)})
+    ds = xr.Dataset(
+        {
+            "final_loss": float(flow.sol.losses[-1]),
+            "min_loss": flow.lmin,
+            "pl_constant": float(flow.mu),
+            "loss_gap": ("t", np.asarray(flow.gap)),
+        },
+        coords={"t": np.asarray(flow.sol.ts)},
+    )
     return flow.checks, ds
 
 
@@ -151,8 +194,14 @@ def balanced_flow_stage(cfg: Config):
 SWEEPABLE = {"balanced_flow": balanced_flow_stage}
 
 
-def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool = False,
-        budget: TimeBudget | None = None, transformers: bool = True, config: Config | None = None) -> PaperResult:
+def run(
+    size: str = "quick",
+    out: Path = Path("jaxicl-report"),
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    transformers: bool = True,
+    config: Config | None = None,
+) -> PaperResult:
     """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Fig. 1 (its
     GPT-2 training)."""
     cfg = config or SIZES[size]
@@ -186,10 +235,16 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         l_red = zhang.reduced_loss(K, 0.7, Lam, N) + 0.5 * jnp.trace(Lam)
         g = jax.grad(losses.population_loss)(m_man, task)
         dU, du = zhang.reduced_vector_field(K, 0.7, Lam, N)
-        gerr = max(float(jnp.abs(-g.W_kq[:d, :d] - dU).max() / jnp.abs(dU).max()), float(abs(-g.W_pv[d, d] - du) / abs(du)))
+        gerr = max(
+            float(jnp.abs(-g.W_kq[:d, :d] - dU).max() / jnp.abs(dU).max()), float(abs(-g.W_pv[d, d] - du) / abs(du))
+        )
         rel = float(abs(l_ex - l_red) / abs(l_red))
-        checks.append(Check("manifold: exact loss = (5.5) + ½ tr Λ", fmt(l_red, 10), fmt(l_ex, 10), "rel 1e-10", rel <= 1e-10))
-        checks.append(Check("manifold: −∇L = ODE (5.4)", "(5.4)", f"max rel dev {gerr:.1e}", "rel 1e-10", gerr <= 1e-10))
+        checks.append(
+            Check("manifold: exact loss = (5.5) + ½ tr Λ", fmt(l_red, 10), fmt(l_ex, 10), "rel 1e-10", rel <= 1e-10)
+        )
+        checks.append(
+            Check("manifold: −∇L = ODE (5.4)", "(5.4)", f"max rel dev {gerr:.1e}", "rel 1e-10", gerr <= 1e-10)
+        )
 
         lap("manifold")
         # 3. gradient flow from Assumption 3.3 converges to (4.1) -------------------------------------
@@ -201,20 +256,29 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
 
         # 7. non-balanced random inits (open question: reported, not asserted) -----------------------
         lap("balanced flow")
+
         def flow_from_random(k):
             m0 = models.LinearSelfAttention.random_init(d, 0.1, k)
-            return dynamics.gradient_flow(loss_fn, m0, cfg.t1 * 5, solver="kvaerno5", rtol=1e-8, atol=1e-10,
-                                          check=False)  # checked below, on the host: keeps the program cacheable
+            return dynamics.gradient_flow(
+                loss_fn, m0, cfg.t1 * 5, solver="kvaerno5", rtol=1e-8, atol=1e-10, check=False
+            )  # checked below, on the host: keeps the program cacheable
 
-        rsols = dynamics.check_flow(jax.jit(jax.vmap(flow_from_random))(jax.random.split(next(keys), cfg.n_random_inits)))
+        rsols = dynamics.check_flow(
+            jax.jit(jax.vmap(flow_from_random))(jax.random.split(next(keys), cfg.n_random_inits))
+        )
         rand_gap = np.asarray(rsols.losses[:, -1] - lmin)
 
         def relevant_hessian_min_eig(m):
             K_, k_, bx_, by_ = m.blocks()
             flat = jnp.concatenate([K_.ravel(), k_, bx_, by_[None]])
-            f = lambda v: losses.population_loss(  # noqa: E731
-                models.LinearSelfAttention.from_blocks(v[: d * d].reshape(d, d), v[d * d : d * d + d],
-                                                       v[d * d + d : d * d + 2 * d], v[-1]), task)
+            f = (
+                lambda v: losses.population_loss(  # noqa: E731
+                    models.LinearSelfAttention.from_blocks(
+                        v[: d * d].reshape(d, d), v[d * d : d * d + d], v[d * d + d : d * d + 2 * d], v[-1]
+                    ),
+                    task,
+                )
+            )
             return jnp.linalg.eigvalsh(jax.hessian(f)(flat))[:2]
 
         final_r = jax.tree_util.tree_map(lambda x: x[:, -1], rsols.models)
@@ -223,15 +287,24 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         spurious = ~reached
         summary = f"{int(reached.sum())}/{cfg.n_random_inits} reach min L"
         if spurious.any():
-            summary += (f"; the others stop at loss gap {fmt(rand_gap[spurious], 4)} with ‖∇L‖ ≤ "
-                        f"{float(np.max(np.asarray(rsols.grad_norms[spurious, -1]))):.1e} and Hessian (entries that "
-                        f"affect ŷ) eigenvalues ≥ {float(eig2[spurious, 0].min()):.1e}, next {float(eig2[spurious, 1].min()):.2g}: "
-                        "a spurious local minimum (one flat direction = the (γb, K/γ) symmetry)")
-        checks.append(Check(
-            f"non-balanced init (all entries N(0, 0.1²), {cfg.n_random_inits} seeds) reaches min L",
-            "open (paper: future work)", summary, "—", None))
+            summary += (
+                f"; the others stop at loss gap {fmt(rand_gap[spurious], 4)} with ‖∇L‖ ≤ "
+                f"{float(np.max(np.asarray(rsols.grad_norms[spurious, -1]))):.1e} and Hessian (entries that "
+                f"affect ŷ) eigenvalues ≥ {float(eig2[spurious, 0].min()):.1e}, next {float(eig2[spurious, 1].min()):.2g}: "
+                "a spurious local minimum (one flat direction = the (γb, K/γ) symmetry)"
+            )
+        checks.append(
+            Check(
+                f"non-balanced init (all entries N(0, 0.1²), {cfg.n_random_inits} seeds) reaches min L",
+                "open (paper: future work)",
+                summary,
+                "—",
+                None,
+            )
+        )
 
         lap("random inits")
+
         @jax.jit
         def prod_err(models_t):
             K_t, _, _, b_t = jax.vmap(lambda m: m.blocks())(models_t)
@@ -258,7 +331,9 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         Lw = Lam @ w_fix
         vLv = v_fix @ Lam @ v_fix
         Lv = Lam @ v_fix
-        Sigma_quad = (w_fix @ Lw) * Lam + jnp.outer(Lw, Lw) + quad**2 * (3 * vLv**2 * Lam + 12 * vLv * jnp.outer(Lv, Lv))
+        Sigma_quad = (
+            (w_fix @ Lw) * Lam + jnp.outer(Lw, Lw) + quad**2 * (3 * vLv**2 * Lam + 12 * vLv * jnp.outer(Lv, Lv))
+        )
         cases = {
             "linear_isotropic_w": None,
             "linear_noise_fixed_w": zhang.linear_task_moments(w_fix, Lam, 0.5),
@@ -284,33 +359,75 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
                         pred[ci, ni, mi] = zhang.prediction_error(*cases[case], Lam, Ntr, M)
                     # one program per M (shared by the cases and N): padding every M to max(Ms) drew 2.9× the
                     # samples at the quick size
-                    draw = functools.partial(squared_errors, model=model_star, Lam=Lam, Lam_query=Lam, w=w_, v=v_,
-                                             quad=q_, noise=s_, M=M, batch=cfg.thm42_batch, fixed_w=fixed)
+                    draw = functools.partial(
+                        squared_errors,
+                        model=model_star,
+                        Lam=Lam,
+                        Lam_query=Lam,
+                        w=w_,
+                        v=v_,
+                        quad=q_,
+                        noise=s_,
+                        M=M,
+                        batch=cfg.thm42_batch,
+                        fixed_w=fixed,
+                    )
                     sim[ci, ni, mi], sim_se[ci, ni, mi] = powered_mean_and_se(draw, next(keys), pred[ci, ni, mi])
         n_pts = pred.size
         # 3 s.e. per point; with many points allow the expected 0.3 % of 3σ excursions (at most 1).
-        checks.append(mc_check(f"Thm 4.2 (4.6): error vs M, N, {len(cases)} distributions ({n_pts} points)", pred, sim,
-                               sim_se, predicted="(4.6)", max_excursions=max(1, n_pts // 100)))
+        checks.append(
+            mc_check(
+                f"Thm 4.2 (4.6): error vs M, N, {len(cases)} distributions ({n_pts} points)",
+                pred,
+                sim,
+                sim_se,
+                predicted="(4.6)",
+                max_excursions=max(1, n_pts // 100),
+            )
+        )
         ds_thm42 = xr.Dataset(
-            {"predicted": (("case", "N", "M"), pred), "simulated": (("case", "N", "M"), sim),
-             "simulated_se": (("case", "N", "M"), sim_se)},
+            {
+                "predicted": (("case", "N", "M"), pred),
+                "simulated": (("case", "N", "M"), sim),
+                "simulated_se": (("case", "N", "M"), sim_se),
+            },
             coords={"case": list(cases), "N": list(cfg.Ns_thm42), "M": list(cfg.Ms_thm42)},
             attrs={"batch": cfg.thm42_batch, "description": "E(ŷ − y)² of W*(Λ, N) on test prompts of length M"},
         )
         # Cor. 4.3 bound holds at every point (isotropic case)
         bound = np.array([[zhang.corollary_4_3_bound(Lam, Ntr, M) for M in cfg.Ms_thm42] for Ntr in cfg.Ns_thm42])
-        checks.append(Check("Cor. 4.3: isotropic error ≤ (d+1)trΛ/M + (1+2d+d²κ)trΛ/N²", "≤ bound",
-                            f"max error/bound {np.max(pred[0] / bound):.3g}", "≤ 1", bool(np.all(pred[0] <= bound)),
-                            kind="formulas"))  # (4.6) against the corollary's bound: theory against theory
+        checks.append(
+            Check(
+                "Cor. 4.3: isotropic error ≤ (d+1)trΛ/M + (1+2d+d²κ)trΛ/N²",
+                "≤ bound",
+                f"max error/bound {np.max(pred[0] / bound):.3g}",
+                "≤ 1",
+                bool(np.all(pred[0] <= bound)),
+                kind="formulas",
+            )
+        )  # (4.6) against the corollary's bound: theory against theory
 
         lap("Thm 4.2")
         # 5. §4.2 shifts ---------------------------------------------------------------------------
         model_big = zhang.w_star_model(Lam, cfg.shift_N)
         slopes, slopes_se, slopes_pred = [], [], []
         for c in cfg.cs:
-            yh, y = (np.asarray(a) for a in predictions(
-                next(keys), model_big, c**2 * Lam, c**2 * Lam, w_fix, v_fix, 0.0, 0.0,
-                M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=False))
+            yh, y = (
+                np.asarray(a)
+                for a in predictions(
+                    next(keys),
+                    model_big,
+                    c**2 * Lam,
+                    c**2 * Lam,
+                    w_fix,
+                    v_fix,
+                    0.0,
+                    0.0,
+                    M=cfg.shift_M,
+                    batch=cfg.shift_batch,
+                    fixed_w=False,
+                )
+            )
             # slope through the origin: Σ ŷ y / Σ y²; s.e. by the delta method
             num, den = yh * y, y * y
             s = num.mean() / den.mean()
@@ -319,25 +436,73 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             slopes_se.append(resid.std(ddof=1) / np.sqrt(y.size) / den.mean())
             slopes_pred.append(float(zhang.covariate_scaling_slope(Lam, cfg.shift_N, c)))
         slopes, slopes_se, slopes_pred = map(np.asarray, (slopes, slopes_se, slopes_pred))
-        checks.append(mc_check("covariate scaling by c multiplies predictions by c² (§4.2)", slopes_pred, slopes,
-                               slopes_se, predicted=f"c² tr(Γ⁻¹Λ²)/trΛ = {fmt(slopes_pred, 3)}", simulated=fmt(slopes, 3)))
+        checks.append(
+            mc_check(
+                "covariate scaling by c multiplies predictions by c² (§4.2)",
+                slopes_pred,
+                slopes,
+                slopes_se,
+                predicted=f"c² tr(Γ⁻¹Λ²)/trΛ = {fmt(slopes_pred, 3)}",
+                simulated=fmt(slopes, 3),
+            )
+        )
         # query shift: x_q ~ N(0, 4 I) while the context keeps Λ; task shift: noisy labels, fixed w
         Lq = 4.0 * jnp.eye(d)
         qs_pred = float(zhang.query_shift_error(Lam, Lq, cfg.shift_N, cfg.shift_M))
-        qs_sim, qs_se = powered_mean_and_se(functools.partial(
-            squared_errors, model=model_big, Lam=Lam, Lam_query=Lq, w=w_fix, v=v_fix, quad=0.0, noise=0.0,
-            M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=False), next(keys), qs_pred)
+        qs_sim, qs_se = powered_mean_and_se(
+            functools.partial(
+                squared_errors,
+                model=model_big,
+                Lam=Lam,
+                Lam_query=Lq,
+                w=w_fix,
+                v=v_fix,
+                quad=0.0,
+                noise=0.0,
+                M=cfg.shift_M,
+                batch=cfg.shift_batch,
+                fixed_w=False,
+            ),
+            next(keys),
+            qs_pred,
+        )
         zero_err = float(jnp.trace(Lq))  # error of the zero predictor, for scale
-        checks.append(mc_check("query shift x_q ~ N(0, 4I) tolerated (large M, N)", qs_pred, qs_sim, qs_se,
-                               predicted=f"{qs_pred:.4g} (zero predictor: {zero_err:.3g})"))
-        ts_pred = float(zhang.prediction_error(*zhang.linear_task_moments(w_fix, Lam, 0.5), Lam, cfg.shift_N, cfg.shift_M))
-        ts_sim, ts_se = powered_mean_and_se(functools.partial(
-            squared_errors, model=model_big, Lam=Lam, Lam_query=Lam, w=w_fix, v=v_fix, quad=0.0, noise=0.5,
-            M=cfg.shift_M, batch=cfg.shift_batch, fixed_w=True), next(keys), ts_pred)
-        checks.append(mc_check("task shift (noise 0.5, fixed w): error → best linear error 0.25", ts_pred, ts_sim, ts_se))
+        checks.append(
+            mc_check(
+                "query shift x_q ~ N(0, 4I) tolerated (large M, N)",
+                qs_pred,
+                qs_sim,
+                qs_se,
+                predicted=f"{qs_pred:.4g} (zero predictor: {zero_err:.3g})",
+            )
+        )
+        ts_pred = float(
+            zhang.prediction_error(*zhang.linear_task_moments(w_fix, Lam, 0.5), Lam, cfg.shift_N, cfg.shift_M)
+        )
+        ts_sim, ts_se = powered_mean_and_se(
+            functools.partial(
+                squared_errors,
+                model=model_big,
+                Lam=Lam,
+                Lam_query=Lam,
+                w=w_fix,
+                v=v_fix,
+                quad=0.0,
+                noise=0.5,
+                M=cfg.shift_M,
+                batch=cfg.shift_batch,
+                fixed_w=True,
+            ),
+            next(keys),
+            ts_pred,
+        )
+        checks.append(
+            mc_check("task shift (noise 0.5, fixed w): error → best linear error 0.25", ts_pred, ts_sim, ts_se)
+        )
         ds_shift = xr.Dataset(
             {"slope": ("c", slopes), "slope_se": ("c", slopes_se), "slope_predicted": ("c", slopes_pred)},
-            coords={"c": list(cfg.cs)}, attrs={"N": cfg.shift_N, "M": cfg.shift_M},
+            coords={"c": list(cfg.cs)},
+            attrs={"N": cfg.shift_N, "M": cfg.shift_M},
         )
 
         lap("shifts")
@@ -345,37 +510,71 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         prior = tasks.RandomDiagonalCovariance(d)  # Exp(1) entries
         rtask = tasks.LinearRegression(d, N, prior)
         m0 = models.LinearSelfAttention.balanced_init(d, 0.3, next(keys))
-        rsol = dynamics.gradient_flow(lambda m: losses.population_loss(m, rtask), m0, cfg.t1 * 1.5, rtol=1e-10, atol=1e-12)
+        rsol = dynamics.gradient_flow(
+            lambda m: losses.population_loss(m, rtask), m0, cfg.t1 * 1.5, rtol=1e-10, atol=1e-12
+        )
         m1, m2, m3 = prior.raw_moments()
         Wk_r, Wp_r, b_r = zhang.random_covariance_limit(m1, m2, m3, d, N)
-        e_r = max(float(jnp.linalg.norm(rsol.final.W_kq - Wk_r) / jnp.linalg.norm(Wk_r)),
-                  float(jnp.linalg.norm(rsol.final.W_pv - Wp_r) / jnp.linalg.norm(Wp_r)))
-        checks.append(Check("Thm 4.5: flow on random-diagonal loss → (4.12)", "0", f"{e_r:.1e}", "rel 1e-6", e_r <= 1e-6))
+        e_r = max(
+            float(jnp.linalg.norm(rsol.final.W_kq - Wk_r) / jnp.linalg.norm(Wk_r)),
+            float(jnp.linalg.norm(rsol.final.W_pv - Wp_r) / jnp.linalg.norm(Wp_r)),
+        )
+        checks.append(
+            Check("Thm 4.5: flow on random-diagonal loss → (4.12)", "0", f"{e_r:.1e}", "rel 1e-6", e_r <= 1e-6)
+        )
         lam_new = prior.sample_eigenvalues(next(keys))
         M_big = 10**6
         test_new = tasks.LinearRegression(d, M_big, jnp.diag(lam_new))
         err_new = 2 * float(losses.population_loss(rsol.final, test_new))
         lim_new = float(zhang.random_covariance_limit_error(b_r, lam_new))
-        checks.append(Check("Thm 4.5 / (4.13): error on a new Λ (M = 10⁶)", fmt(lim_new, 6), fmt(err_new, 6),
-                            "rel 1e-4", abs(err_new - lim_new) <= 1e-4 * lim_new))
+        checks.append(
+            Check(
+                "Thm 4.5 / (4.13): error on a new Λ (M = 10⁶)",
+                fmt(lim_new, 6),
+                fmt(err_new, 6),
+                "rel 1e-4",
+                abs(err_new - lim_new) <= 1e-4 * lim_new,
+            )
+        )
         avg_new = 2 * float(losses.population_loss(rsol.final, tasks.LinearRegression(d, M_big, prior)))
         lim_avg = float(zhang.random_covariance_limit_error(b_r, moments=(m1, m2, m3, d)))
-        checks.append(Check("Thm 4.5: mean error over new Λ ~ prior (M = 10⁶)", fmt(lim_avg, 6), fmt(avg_new, 6),
-                            "rel 1e-4", abs(avg_new - lim_avg) <= 1e-4 * lim_avg))
+        checks.append(
+            Check(
+                "Thm 4.5: mean error over new Λ ~ prior (M = 10⁶)",
+                fmt(lim_avg, 6),
+                fmt(avg_new, 6),
+                "rel 1e-4",
+                abs(avg_new - lim_avg) <= 1e-4 * lim_avg,
+            )
+        )
         M_mc = 50
-        mc_new, mc_new_se = (float(v) for v in losses.mc_loss(rsol.final, tasks.LinearRegression(d, M_mc, jnp.diag(lam_new)),
-                                                            next(keys), batch=cfg.mc_batch, return_stderr=True))
+        mc_new, mc_new_se = (
+            float(v)
+            for v in losses.mc_loss(
+                rsol.final,
+                tasks.LinearRegression(d, M_mc, jnp.diag(lam_new)),
+                next(keys),
+                batch=cfg.mc_batch,
+                return_stderr=True,
+            )
+        )
         ex_new = float(losses.population_loss(rsol.final, tasks.LinearRegression(d, M_mc, jnp.diag(lam_new))))
-        checks.append(mc_check(f"trained (4.12) model on new Λ, M = {M_mc}: exact = Monte Carlo", ex_new, mc_new, mc_new_se))
+        checks.append(
+            mc_check(f"trained (4.12) model on new Λ, M = {M_mc}: exact = Monte Carlo", ex_new, mc_new, mc_new_se)
+        )
         Ms_r = np.unique(np.geomspace(N, 10**5, 5).astype(int))
         exact = jax.jit(losses.population_loss)
-        err_M = np.array([2 * float(exact(rsol.final, tasks.LinearRegression(d, int(M), jnp.diag(lam_new)))) for M in Ms_r])
+        err_M = np.array(
+            [2 * float(exact(rsol.final, tasks.LinearRegression(d, int(M), jnp.diag(lam_new)))) for M in Ms_r]
+        )
         model_new = zhang.w_star_model(jnp.diag(lam_new), N)
-        ols_like = np.array([2 * float(exact(model_new, tasks.LinearRegression(d, int(M), jnp.diag(lam_new)))) for M in Ms_r])
+        ols_like = np.array(
+            [2 * float(exact(model_new, tasks.LinearRegression(d, int(M), jnp.diag(lam_new)))) for M in Ms_r]
+        )
         ds_rand = xr.Dataset(
-            {"error_trained_random": ("M", err_M), "error_trained_on_new": ("M", ols_like),
-             "limit": ((), lim_new)},
-            coords={"M": Ms_r}, attrs={"lambda_new": np.asarray(lam_new), "N": N},
+            {"error_trained_random": ("M", err_M), "error_trained_on_new": ("M", ols_like), "limit": ((), lim_new)},
+            coords={"M": Ms_r},
+            attrs={"lambda_new": np.asarray(lam_new), "N": N},
         )
 
         lap("Thm 4.5")
@@ -384,10 +583,13 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
         if cfg.gpt2 is not None:
             lsa = fig1_lsa_limits(cfg.gpt2)
             with jax.enable_x64(False):
-                datasets["fig1_gpt2"] = fig1(cfg.gpt2, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size,
-                                             progress, budget)
+                datasets["fig1_gpt2"] = fig1(
+                    cfg.gpt2, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size, progress, budget
+                )
             status = datasets["fig1_gpt2"].attrs["status"]
-            checks += mark_partial(fig1_checks(datasets["fig1_gpt2"], lsa, cfg.gpt2), None if status == "complete" else status)
+            checks += mark_partial(
+                fig1_checks(datasets["fig1_gpt2"], lsa, cfg.gpt2), None if status == "complete" else status
+            )
             lap("Fig. 1 (GPT-2)")
         # figures and data ---------------------------------------------------------------------------
         out.mkdir(parents=True, exist_ok=True)
@@ -400,15 +602,19 @@ def run(size: str = "quick", out: Path = Path("jaxicl-report"), progress: bool =
             if status != "complete":
                 partial[figures[-1]] = status
             g = cfg.gpt2
-            notes.append(f"Fig. 1: {g.n_layers}-layer transformers of width {g.d_model} ({g.n_heads} heads), AdamW lr "
-                         f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
-                         f"N ∈ {list(g.Ns)}; {g.test_prompts} test prompts per curve (paper: d = 20, 12 layers, width 256, "
-                         "500k steps).")
+            notes.append(
+                f"Fig. 1: {g.n_layers}-layer transformers of width {g.d_model} ({g.n_heads} heads), AdamW lr "
+                f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
+                f"N ∈ {list(g.Ns)}; {g.test_prompts} test prompts per curve (paper: d = 20, 12 layers, width 256, "
+                "500k steps)."
+            )
         notes.append(
             f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {d}), training length N = {N}, "
             f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = {cfg.t1:g}."
         )
-    return PaperResult(NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial)
+    return PaperResult(
+        NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial
+    )
 
 
 def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
@@ -467,4 +673,3 @@ def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
     ax[1].legend(fontsize=8)
     paths.append(save_paper_figure(fig, out, NAME, "shifts_random_cov.png"))
     return paths
-

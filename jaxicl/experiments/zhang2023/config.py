@@ -31,14 +31,18 @@ class GPT2Config(Consistent):
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
 
     def contradictions(self) -> list[str]:
-        return [f"gpt2.d_model = {self.d_model} is not divisible by gpt2.n_heads = {self.n_heads}"] \
-            if self.d_model % self.n_heads else []
+        return (
+            [f"gpt2.d_model = {self.d_model} is not divisible by gpt2.n_heads = {self.n_heads}"]
+            if self.d_model % self.n_heads
+            else []
+        )
 
     def largest_arrays(self) -> dict[str, int]:
         tokens = 2 * max(self.Ns) + 1  # (x, y) pairs and the query
-        return {**transformer_arrays("Fig. 1's GPT-2", self.batch, tokens, self.d_model, self.n_layers,
-                                     4 * self.d_model),
-                "Fig. 1's test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2}
+        return {
+            **transformer_arrays("Fig. 1's GPT-2", self.batch, tokens, self.d_model, self.n_layers, 4 * self.d_model),
+            "Fig. 1's test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +66,17 @@ class Config(Sized):
     def largest_arrays(self) -> dict[str, int]:
         e = self.d + 1  # the embedding's rows
         block = 16384  # Monte-Carlo prompts drawn at a time (`predictions`)
-        return {"the gradient flow's states (W^KQ and W^PV, float64, over the solver's stages)": 8 * 2 * 10 * e**2,
-                "Thm 4.2's Monte-Carlo prompts (float64)":
-                8 * min(self.thm42_batch, block) * (max(self.Ms_thm42) + 1) * self.d,
-                "the distribution shifts' Monte-Carlo prompts (float64)":
-                8 * min(self.shift_batch, block) * (self.shift_M + 1) * self.d}
+        return {
+            "the gradient flow's states (W^KQ and W^PV, float64, over the solver's stages)": 8 * 2 * 10 * e**2,
+            "Thm 4.2's Monte-Carlo prompts (float64)": 8
+            * min(self.thm42_batch, block)
+            * (max(self.Ms_thm42) + 1)
+            * self.d,
+            "the distribution shifts' Monte-Carlo prompts (float64)": 8
+            * min(self.shift_batch, block)
+            * (self.shift_M + 1)
+            * self.d,
+        }
 
 
 TRANSFORMER_SETTINGS = "gpt2"  # off under --skip-transformers
@@ -116,7 +126,19 @@ SIZES = {
         shift_M=2000,
         shift_batch=50_000,
         n_random_inits=32,
-        gpt2=GPT2Config(d=20, Ns=(40, 70, 100), d_model=256, n_layers=12, n_heads=8, steps=500_000, batch=64,
-                        lr=1e-4, curriculum=True, test_prompts=4096, chunk=1000, compute_dtype="bfloat16"),
+        gpt2=GPT2Config(
+            d=20,
+            Ns=(40, 70, 100),
+            d_model=256,
+            n_layers=12,
+            n_heads=8,
+            steps=500_000,
+            batch=64,
+            lr=1e-4,
+            curriculum=True,
+            test_prompts=4096,
+            chunk=1000,
+            compute_dtype="bfloat16",
+        ),
     ),
 }

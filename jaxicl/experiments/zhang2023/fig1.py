@@ -20,7 +20,6 @@ from ...theory import zhang
 from ..report import Check, fmt, paper_claim, partial_status, relative_margin, save_paper_figure
 from .config import NAME, SIZES, GPT2Config
 
-
 # --- Fig. 1: GPT-2 trained on fixed vs random covariance (§4.3, App. E) ------------------------------------
 FIG1_TRAIN = ("fixed", "random")
 
@@ -28,7 +27,8 @@ FIG1_TRAIN = ("fixed", "random")
 def fig1_test_priors(g: GPT2Config) -> dict:
     """The four test distributions of Fig. 1: Λ = I, and Λ = c·diag(Exp(1)) for each c in ``g.cs``."""
     return {"identity": tasks.FixedCovariance(jnp.eye(g.d))} | {
-        f"c={c:g}": tasks.RandomDiagonalCovariance(g.d, scale=c) for c in g.cs}
+        f"c={c:g}": tasks.RandomDiagonalCovariance(g.d, scale=c) for c in g.cs
+    }
 
 
 def fig1_lsa_limits(g: GPT2Config) -> dict:
@@ -51,8 +51,9 @@ def fig1_lsa_limits(g: GPT2Config) -> dict:
 
 def _fig1_model(g: GPT2Config, key, M_max: int):
     # positions up to 2(M_max + 1): a model trained on N examples has never updated those beyond 2N
-    return models.StandardTransformer(key, g.d, 1, n_layers=g.n_layers, d_model=g.d_model, n_heads=g.n_heads,
-                                      max_len=2 * (M_max + 1))
+    return models.StandardTransformer(
+        key, g.d, 1, n_layers=g.n_layers, d_model=g.d_model, n_heads=g.n_heads, max_len=2 * (M_max + 1)
+    )
 
 
 def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
@@ -65,18 +66,22 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
     M_max = 2 * max(g.Ns)
     tests = fig1_test_priors(g)
     base = tasks.RepresentationRegression(g.d, M_max + 1)
-    samples = {name: jax.jit(jax.vmap(base.with_covariance(prior).sample_xy))(
-        jax.random.split(jax.random.fold_in(key, 100 + i), g.test_prompts)) for i, (name, prior) in enumerate(tests.items())}
+    samples = {
+        name: jax.jit(jax.vmap(base.with_covariance(prior).sample_xy))(
+            jax.random.split(jax.random.fold_in(key, 100 + i), g.test_prompts)
+        )
+        for i, (name, prior) in enumerate(tests.items())
+    }
     shape = (len(FIG1_TRAIN), len(g.Ns), len(tests), M_max + 1)
     err, err_se = np.full(shape, np.nan), np.full(shape, np.nan)
     ols, zero = np.zeros(shape[2:]), np.zeros(shape[2:])
+
     @jax.jit
     def reference_errors(xs, ys, clean):  # OLS at every prefix, 64 prompts at a time (memory at M = 200), and zero
         # in float64 from the prefix Gram matrices (d × d eigendecompositions), not an SVD of every prefix: O(M d³),
         # not O(M² d²); the Gram squares the condition number at M ≈ d, so float32 prompts keep the SVD
         ols = baselines.ols_gram if xs.dtype == jnp.float64 else baselines.ols
-        e_ols = jax.lax.map(lambda a: jnp.sum((ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean),
-                            batch_size=64)
+        e_ols = jax.lax.map(lambda a: jnp.sum((ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean), batch_size=64)
         return jnp.mean(e_ols, 0) / g.d, jnp.mean(jnp.sum(clean**2, -1), 0) / g.d
 
     for ti, (xs, ys, clean, _) in enumerate(samples.values()):
@@ -91,8 +96,12 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
     speed, runs = {}, []
     plan(budget, len(g.Ns))
     for ni, N in enumerate(g.Ns):  # the two training covariances of one N: one ensemble, one program
-        train_tasks = [tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d)
-                                                      if cov == "random" else None) for cov in FIG1_TRAIN]
+        train_tasks = [
+            tasks.RepresentationRegression(
+                g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d) if cov == "random" else None
+            )
+            for cov in FIG1_TRAIN
+        ]
         curr = Curriculum(d=(min(5, g.d), g.d, 1), n=(min(11, N), N, 2), every=2000) if g.curriculum else None
 
         def loss(m, k, s, which, train_tasks=train_tasks, curr=curr):  # member `which` trains on its covariance
@@ -105,12 +114,22 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
             print(f"  training {label}", flush=True)
         # each member as it trained alone: its own initialisation, data stream and optimizer state
         ids = [10 * ci + ni for ci in range(len(FIG1_TRAIN))]
-        res = train(loss, dynamics.stack_members([_fig1_model(g, jax.random.fold_in(key, i), M_max) for i in ids]),
-                    g.steps, jnp.stack([jax.random.fold_in(key, 1000 + i) for i in ids]), optimizer=optax.adamw(g.lr),
-                    chunk_size=g.chunk, checkpoint=ckpt_dir / f"fig1_N{N}.ckpt", progress=progress, label=label,
-                    compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype), deadline=next_deadline(budget),
-                    config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}},
-                    ensemble=True, member_data=jnp.arange(len(FIG1_TRAIN)))
+        res = train(
+            loss,
+            dynamics.stack_members([_fig1_model(g, jax.random.fold_in(key, i), M_max) for i in ids]),
+            g.steps,
+            jnp.stack([jax.random.fold_in(key, 1000 + i) for i in ids]),
+            optimizer=optax.adamw(g.lr),
+            chunk_size=g.chunk,
+            checkpoint=ckpt_dir / f"fig1_N{N}.ckpt",
+            progress=progress,
+            label=label,
+            compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype),
+            deadline=next_deadline(budget),
+            config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}},
+            ensemble=True,
+            member_data=jnp.arange(len(FIG1_TRAIN)),
+        )
         runs.append(res)
         speed[f"N{N}"] = res.steps_per_second  # ensemble steps (every covariance) per second
         for ci in range(len(FIG1_TRAIN)):
@@ -122,9 +141,14 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
     return xr.Dataset(
         {"error": (dims, err), "error_se": (dims, err_se), "ols": (dims[2:], ols), "zero": (dims[2:], zero)},
         coords={"train_covariance": list(FIG1_TRAIN), "N": list(g.Ns), "test": list(tests), "M": np.arange(M_max + 1)},
-        attrs={"d": g.d, "description": "(ŷ − y_query)²/d after M in-context examples",
-               "status": partial_status(runs) or "complete", "steps_trained": [int(r.step) for r in runs],
-               **{f"steps_per_second_{k}": v for k, v in speed.items()}})
+        attrs={
+            "d": g.d,
+            "description": "(ŷ − y_query)²/d after M in-context examples",
+            "status": partial_status(runs) or "complete",
+            "steps_trained": [int(r.step) for r in runs],
+            **{f"steps_per_second_{k}": v for k, v in speed.items()},
+        },
+    )
 
 
 def trained_as_paper(g: GPT2Config) -> bool:
@@ -136,39 +160,74 @@ def trained_as_paper(g: GPT2Config) -> bool:
 def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
     checks = []
     dev = max(abs(ex - line) / line for line, ex in lsa.values())
-    checks.append(Check("Fig. 1 LSA line (4.13), N, M → ∞ = exact loss of that LSA at M = 10⁶ (each test Λ)",
-                        ", ".join(f"{k} {fmt(v[0], 4)}" for k, v in lsa.items()), f"max rel dev {dev:.1e}", "rel 1e-4",
-                        dev <= 1e-4))
+    checks.append(
+        Check(
+            "Fig. 1 LSA line (4.13), N, M → ∞ = exact loss of that LSA at M = 10⁶ (each test Λ)",
+            ", ".join(f"{k} {fmt(v[0], 4)}" for k, v in lsa.items()),
+            f"max rel dev {dev:.1e}",
+            "rel 1e-4",
+            dev <= 1e-4,
+        )
+    )
     # a prompt of N examples trains the predictions after M = 0…N − 1 examples: M = N − 1 is the longest context
     # seen in training, positions beyond it keep their random initial embeddings
     at_N = {(cov, N): ds.error.sel(train_covariance=cov, N=N, M=N - 1) for cov in FIG1_TRAIN for N in g.Ns}
     own = {"fixed": "identity", "random": "c=1"}
     ratios = {k: float(v.sel(test=own[k[0]]) / ds.zero.sel(test=own[k[0]], M=k[1])) for k, v in at_N.items()}
-    checks.append(Check("Fig. 1: GPT-2 learns in context — error at M = N − 1 on its training distribution below half "
-                        "the zero estimator's", "< 0.5", ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in ratios.items()),
-                        "strict", all(r < 0.5 for r in ratios.values()), seeds=3))
+    checks.append(
+        Check(
+            "Fig. 1: GPT-2 learns in context — error at M = N − 1 on its training distribution below half "
+            "the zero estimator's",
+            "< 0.5",
+            ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in ratios.items()),
+            "strict",
+            all(r < 0.5 for r in ratios.values()),
+            seeds=3,
+        )
+    )
     N = max(g.Ns)
     lsa_c1 = lsa["c=1"][0]
     e = {cov: float(at_N[(cov, N)].sel(test="c=1")) for cov in FIG1_TRAIN}
-    checks.append(Check(f"Fig. 1: on random covariance (c = 1) GPT-2 beats the LSA limit (4.13) at M = N − 1 = {N - 1}",
-                        f"< {fmt(lsa_c1, 3)}", ", ".join(f"trained {k} {fmt(v, 3)}" for k, v in e.items()), "strict",
-                        all(v < lsa_c1 for v in e.values()), seeds=3))
+    checks.append(
+        Check(
+            f"Fig. 1: on random covariance (c = 1) GPT-2 beats the LSA limit (4.13) at M = N − 1 = {N - 1}",
+            f"< {fmt(lsa_c1, 3)}",
+            ", ".join(f"trained {k} {fmt(v, 3)}" for k, v in e.items()),
+            "strict",
+            all(v < lsa_c1 for v in e.values()),
+            seeds=3,
+        )
+    )
     for c in g.cs[1:]:
         t = f"c={c:g}"
         e = {cov: float(at_N[(cov, N)].sel(test=t)) for cov in FIG1_TRAIN}
-        checks.append(paper_claim(
-            f"Fig. 1 ({t}): trained on random covariance beats trained on identity at M = N − 1 = {N - 1}",
-            "random < fixed (paper)", ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()), "strict",
-            e["random"] < e["fixed"], trained_as_paper(g),
-            f"{g.steps:,} training steps (paper: 500,000); at 3,000 it holds for some seeds and not others",
-            margin=relative_margin(e["random"], e["fixed"]), asserted_at="--full"))
+        checks.append(
+            paper_claim(
+                f"Fig. 1 ({t}): trained on random covariance beats trained on identity at M = N − 1 = {N - 1}",
+                "random < fixed (paper)",
+                ", ".join(f"{k} {fmt(v, 3)}" for k, v in e.items()),
+                "strict",
+                e["random"] < e["fixed"],
+                trained_as_paper(g),
+                f"{g.steps:,} training steps (paper: 500,000); at 3,000 it holds for some seeds and not others",
+                margin=relative_margin(e["random"], e["fixed"]),
+                asserted_at="--full",
+            )
+        )
     spikes = {}
     for (cov, n), _ in at_N.items():
         curve = ds.error.sel(train_covariance=cov, N=n, test=own[cov])
         spikes[(cov, n)] = float(curve.sel(M=slice(n, 2 * n)).mean() / curve.sel(M=n - 1))
-    checks.append(Check("Fig. 1: error spikes beyond the training length (mean over N ≤ M ≤ 2N ÷ error at M = N − 1)",
-                        "> 1 (paper)", ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in spikes.items()),
-                        "every model", all(r > 1 for r in spikes.values()), seeds=3))
+    checks.append(
+        Check(
+            "Fig. 1: error spikes beyond the training length (mean over N ≤ M ≤ 2N ÷ error at M = N − 1)",
+            "> 1 (paper)",
+            ", ".join(f"{c} N={n} {r:.3g}" for (c, n), r in spikes.items()),
+            "every model",
+            all(r > 1 for r in spikes.values()),
+            seeds=3,
+        )
+    )
     return checks
 
 
@@ -198,6 +257,8 @@ def _fig1_figure(out, ds: xr.Dataset, lsa: dict) -> str:
     np.atleast_1d(axes)[0].set_ylabel("(ŷ − y)² / d")
     np.atleast_1d(axes)[-1].legend(fontsize=7)
     status = ds.attrs.get("status", "complete")
-    fig.suptitle("Fig. 1: GPT-2 on linear regression, fixed vs random covariance (±2 s.e.; dotted: training N)"
-                 + ("" if status == "complete" else f" [{status}]"))
+    fig.suptitle(
+        "Fig. 1: GPT-2 on linear regression, fixed vs random covariance (±2 s.e.; dotted: training N)"
+        + ("" if status == "complete" else f" [{status}]")
+    )
     return save_paper_figure(fig, out, NAME, "fig1_gpt2.png")
