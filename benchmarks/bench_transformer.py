@@ -25,7 +25,7 @@ Configs (``quick``: the CPU reproduction sizes; ``paper``: the papers' sizes):
 Also printed: the seconds XLA took to compile the chunk program (tracing, lowering and compilation, with an
 empty compilation cache), which a short training must repay. ``--unroll`` and ``--autotune-level`` set the two
 things that trade compilation for step time (``jaxicl.models.transformer.UNROLL``, the GPU's GEMM autotuning of
-``jaxicl.dynamics.train.TRAINING_COMPILER_OPTIONS``), so that one command per setting measures whether a quick run
+``jaxicl.runtime.xla_options.TRAINING_COMPILER_OPTIONS``), so that one command per setting measures whether a quick run
 (700–3,000 steps) repays them; XLA:CPU has no autotuning. Both default to the library's settings, which
 ``$JAXICL_UNROLL`` and ``$JAXICL_TRAINING_AUTOTUNE_LEVEL`` set (README, "Command line", XLA options).
 
@@ -39,7 +39,6 @@ size, compute dtype and ensemble size.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import tempfile
 import time
@@ -56,9 +55,7 @@ from jaxicl.dynamics.train import chunk_runner
 from jaxicl.experiments import algoformer as A
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.experiments import zhang2023 as Z
-from jaxicl.runtime import compilation_cache
-
-train_module = importlib.import_module("jaxicl.dynamics.train")  # the module: jaxicl.dynamics.train is the function
+from jaxicl.runtime import compilation_cache, xla_options
 
 
 def step_flops(batch, tokens, d_model, d_ff, block_applications):
@@ -155,7 +152,7 @@ def main():
         type=int,
         default=None,
         help="XLA:GPU GEMM autotuning of the training programs (default: the library's, "
-        f"{train_module.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})",
+        f"{xla_options.TRAINING_COMPILER_OPTIONS['xla_gpu_autotune_level']})",
     )
     ap.add_argument(
         "--ensemble",
@@ -181,7 +178,7 @@ def main():
     if args.unroll is not None:
         models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
     if args.autotune_level is not None:
-        train_module.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
+        xla_options.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
     with tempfile.TemporaryDirectory() as cache:  # step_seconds reads back the program compiled_step compiled cold
         compilation_cache.enable(cache, min_compile_seconds=0.0)
         run_configs(args, compute)
@@ -191,7 +188,7 @@ def run_configs(args, compute):
     print(
         f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll "
         f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
-        f"training programs' compiler options {train_module.TRAINING_COMPILER_OPTIONS}"
+        f"training programs' compiler options {xla_options.TRAINING_COMPILER_OPTIONS}"
     )
     rows = []
     only = [o.replace("_", " ") for o in args.only.split(",")] if args.only else None

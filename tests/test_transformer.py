@@ -189,7 +189,7 @@ def test_compilation_switches_from_the_environment(monkeypatch):
     monkeypatch.setenv("JAXICL_UNROLL", "yes")
     with pytest.raises(ValueError, match=r"\$JAXICL_UNROLL = 'yes'"):
         switch("JAXICL_UNROLL")
-    level = importlib.import_module("jaxicl.dynamics.train")._autotune_level_from_env
+    level = importlib.import_module("jaxicl.runtime.xla_options")._autotune_level_from_env
     monkeypatch.delenv("JAXICL_TRAINING_AUTOTUNE_LEVEL", raising=False)
     assert level() == 4
     for value in ("0", "4"):
@@ -206,7 +206,7 @@ def test_compilation_switches_from_the_environment(monkeypatch):
             sys.executable,
             "-c",
             "import importlib, jaxicl.models.transformer as t; "
-            "tr = importlib.import_module('jaxicl.dynamics.train'); "
+            "tr = importlib.import_module('jaxicl.runtime.xla_options'); "
             "print(t.UNROLL, t.REMAT, tr.TRAINING_COMPILER_OPTIONS)",
         ],
         env=env,

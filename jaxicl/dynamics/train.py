@@ -14,11 +14,8 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import json
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -31,47 +28,13 @@ import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
 from .. import _validate
-from .._io import atomic_output
-from ..runtime import placement
+from ..runtime import placement, xla_options
+from ..runtime import planning as _planning
+from ..runtime.planning import PlannedRun, planning  # noqa: F401  (jaxicl.dynamics exports them)
 from ..runtime.profiling import StageTimer
+from . import checkpoint as _checkpoint
+from .checkpoint import CheckpointError, checkpoint_header, load_checkpoint, save_checkpoint  # noqa: F401
 from .descent import check_finite_curve
-
-_MAGIC = "jaxicl-checkpoint-v1"
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedRun:
-    """One training run as `planning` measured it: ``members`` models (an ensemble) of which ``steps_left`` of
-    ``n_steps`` steps remain (a checkpoint may hold the rest), at ``seconds_per_step`` (one step of every member,
-    compilation excluded, measured on ``platform``)."""
-
-    label: str
-    members: int
-    n_steps: int
-    steps_left: int
-    seconds_per_step: float
-    platform: str
-
-    @property
-    def seconds_left(self) -> float:
-        return self.steps_left * self.seconds_per_step
-
-
-_PLANNING: tuple[list, int] | None = None  # under `planning()`: (the runs measured, steps per chunk); None: train
-
-
-@contextlib.contextmanager
-def planning(steps: int = 4):
-    """Within this context `train` measures instead of training: it compiles a chunk of ``steps`` steps, runs
-    it twice (the second run is timed), records a `PlannedRun` in the list this yields and returns the model
-    after those 2 × ``steps`` steps as a partial result (no checkpoint is written or read beyond the existing one's
-    step). ``jaxicl reproduce --plan`` uses it to print each figure's ETA before a long run."""
-    global _PLANNING
-    outer, _PLANNING = _PLANNING, ([], _validate.integer("planning: steps", steps))
-    try:
-        yield _PLANNING[0]
-    finally:
-        _PLANNING = outer
 
 
 class Curriculum(eqx.Module):
@@ -141,125 +104,6 @@ def cast_floating(tree: PyTree, dtype) -> PyTree:
     return jax.tree_util.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree)
 
 
-def _fingerprint(params, opt_state, config) -> dict:
-    leaves = jax.tree_util.tree_leaves((params, opt_state))
-    return {
-        "config": config or {},
-        "structure": str(jax.tree_util.tree_structure((params, opt_state))),
-        "leaves": [[list(np.shape(x)), str(np.asarray(x).dtype)] for x in leaves],
-    }
-
-
-def _key_record(key) -> dict | list:
-    """A PRNG key as JSON: a raw ``uint32`` key as its list; a typed key (``jax.random.key``) as its data and impl."""
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return {"impl": str(jax.random.key_impl(key)), "data": np.asarray(jax.random.key_data(key)).tolist()}
-    return np.asarray(key).tolist()
-
-
-def _key_from_record(record):
-    if isinstance(record, dict):
-        return jax.random.wrap_key_data(np.asarray(record["data"], dtype=np.uint32), impl=record["impl"])
-    return jnp.asarray(np.asarray(record, dtype=np.uint32))
-
-
-def save_checkpoint(
-    path, params, opt_state, step: int, key, losses, evals, fingerprint, seconds_per_step: float | None = None
-) -> None:
-    """One file, written atomically: a JSON header line (step, key, evaluations, the configuration's fingerprint and
-    the measured seconds per step), the loss history (``.npy``), then the parameters and optimizer state (Equinox
-    serialisation)."""
-    header = {
-        "magic": _MAGIC,
-        "step": int(step),
-        "key": _key_record(key),
-        "evals": evals,
-        "fingerprint": fingerprint,
-        "seconds_per_step": seconds_per_step,
-    }
-    with atomic_output(path) as tmp, open(tmp, "wb") as f:
-        f.write((json.dumps(header) + "\n").encode())
-        np.save(f, np.asarray(losses))
-        eqx.tree_serialise_leaves(f, (params, opt_state))
-
-
-class CheckpointError(ValueError):
-    """A training checkpoint that cannot be resumed from: unreadable, truncated, or written by another run."""
-
-
-def load_checkpoint(path, params, opt_state, fingerprint, key=None):
-    """(params, opt_state, step, key, losses, evals); `CheckpointError` naming the file if it was written by
-    another configuration (or, with ``key``, from another PRNG key: another seed), or is unreadable or truncated (its
-    loss history must hold ``step`` losses and its parameters the run's shapes). Never used silently.
-    `checkpoint_header` reads the rest of the header (e.g. ``seconds_per_step``)."""
-
-    def refuse(why: str):
-        raise CheckpointError(
-            f"checkpoint {path} {why}. Delete it to train this run from the start, or use another checkpoint path."
-        )
-
-    try:
-        with open(path, "rb") as f:
-            try:
-                header = json.loads(f.readline())
-            except ValueError:
-                header = {}
-            if not isinstance(header, dict) or header.get("magic") != _MAGIC:
-                refuse("is not a jaxicl training checkpoint (or its header is damaged)")
-            theirs = header["fingerprint"]
-            if theirs != fingerprint:
-                what = [k for k in fingerprint if theirs.get(k) != fingerprint[k]]
-                diff = ""
-                if "config" in what:
-                    keys = sorted(set(theirs["config"]) | set(fingerprint["config"]))
-                    diff = "; ".join(
-                        f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
-                        for k in keys
-                        if theirs["config"].get(k) != fingerprint["config"].get(k)
-                    )
-                refuse(f"was written by another configuration ({', '.join(what)} differ{': ' + diff if diff else ''})")
-            if key is not None and header["key"] != _key_record(key):
-                refuse("was written by a run with another PRNG key (another seed)")
-            losses = np.load(f, allow_pickle=False)
-            params, opt_state = eqx.tree_deserialise_leaves(f, (params, opt_state))
-            if f.read(1):
-                refuse("has data after its parameters (not one checkpoint)")
-    except CheckpointError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError, EOFError, RuntimeError) as e:  # truncated, garbage
-        refuse(f"is unreadable or truncated ({type(e).__name__}: {e})")
-    step = header["step"]
-    if not isinstance(step, int) or step < 0 or len(losses) != step:
-        refuse(f"is inconsistent: step {step!r} with a loss history of {len(losses)} steps")
-    try:
-        key = _key_from_record(header["key"])
-    except (ValueError, TypeError, KeyError) as e:
-        refuse(f"holds no PRNG key this run can use ({type(e).__name__}: {e})")
-    return params, opt_state, step, key, losses, header["evals"]
-
-
-def checkpoint_header(path) -> dict:
-    """The JSON header of a training checkpoint (step, key, evals, fingerprint, seconds_per_step)."""
-    with open(path, "rb") as f:
-        return json.loads(f.readline())
-
-
-def _autotune_level_from_env(name: str = "JAXICL_TRAINING_AUTOTUNE_LEVEL", default: int = 4) -> int:
-    """XLA:GPU's GEMM autotuning level (0 = off … 4) for training programs: ``$name``, else ``default``."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    if value not in {str(i) for i in range(5)}:
-        raise ValueError(f"${name} = {value!r}: use an autotuning level 0 (off) … 4.")
-    return int(value)
-
-
-# XLA options for training programs: the ``jaxicl`` command turns GPU GEMM autotuning off for its many small programs
-# (it took most of their compilation), but a transformer's training step is 3× slower without it (paper size).
-# $JAXICL_TRAINING_AUTOTUNE_LEVEL sets the level for a whole run, the `--jobs` processes included.
-TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": _autotune_level_from_env()}
-
-
 def steps_from(start: int, n: int) -> Array:
     """The step numbers start … start + n − 1 of a chunk, made on the host: ``jnp.arange(start, start + n)`` compiles
     a program for every start."""
@@ -280,7 +124,7 @@ def chunk_runner(
     With ``ensemble``, params, optimizer state and key have a leading member axis and the step (loss, gradient and
     optimizer update) is ``vmap``-ped over it: member i is exactly a one-model run with key ``key[i]``, and with
     ``member_data`` (leading member axis) its loss is ``loss_fn(model, key, step, member_data[i])``.
-    Compiled with `TRAINING_COMPILER_OPTIONS`."""
+    Compiled with `jaxicl.runtime.xla_options.TRAINING_COMPILER_OPTIONS`."""
 
     def loss_of(p, k, s, data):
         m = eqx.combine(p, static)
@@ -296,7 +140,7 @@ def chunk_runner(
     if ensemble:
         update = jax.vmap(update, in_axes=(0, 0, 0, None, None if member_data is None else 0))
 
-    @functools.partial(jax.jit, compiler_options=TRAINING_COMPILER_OPTIONS)
+    @functools.partial(jax.jit, compiler_options=xla_options.TRAINING_COMPILER_OPTIONS)
     def run(p, state, k, steps):
         def one(carry, s):
             p, state, loss = update(*carry, k, s, member_data)
@@ -536,7 +380,7 @@ def train(
         raise ValueError("train: member_data is for ensembles (ensemble=True).")
     init = jax.vmap(optimizer.init) if ensemble else optimizer.init
     opt_state = eqx.filter_jit(init)(params)  # one program, not one per parameter shape
-    fingerprint = _fingerprint(params, opt_state, config)
+    fingerprint = _checkpoint.fingerprint(params, opt_state, config)
     step, losses, evals, stored_seconds = 0, [], {}, None
     if checkpoint is not None and Path(checkpoint).exists():
         params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint, key)
@@ -550,7 +394,7 @@ def train(
     resumed_from = step
 
     run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble, member_data)
-    if _PLANNING is not None:
+    if _planning.active() is not None:
         return _plan_run(run_chunk, params, opt_state, static, key, step, n_steps, losses, ensemble, label, eval_fn)
 
     def evaluate(s):
@@ -668,7 +512,7 @@ def _plan_run(
     eval_fn=None,
 ) -> TrainResult:
     """`train` under `planning`: two chunks of the planned length (the second timed), recorded."""
-    planned, steps = _PLANNING
+    planned, steps = _planning.active()
     n = max(1, min(steps, (n_steps - step) // 2))
     times, done = [], step
     for _ in range(2 if n_steps - step >= 2 else 1 if n_steps > step else 0):
@@ -684,7 +528,7 @@ def _plan_run(
     platform = (
         jax.tree_util.tree_leaves(params)[0].devices().pop().platform if jax.tree_util.tree_leaves(params) else "?"
     )
-    planned.append(PlannedRun(label or "run", members, n_steps, n_steps - step, seconds, platform))
+    planned.append(_planning.PlannedRun(label or "run", members, n_steps, n_steps - step, seconds, platform))
     model = eqx.combine(params, static)
     evals = {} if eval_fn is None else {k: np.asarray([np.asarray(v)]) for k, v in eval_fn(model).items()}
     return TrainResult(

@@ -5,11 +5,12 @@ and the size of XLA:CPU's thread pool for a ``--jobs`` process."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 # XLA options the command sets unless the user's XLA_FLAGS already name them:
 # - GEMM autotuning took most of the GPU compilation of the reproductions' many small programs (gatmiry2024's Fig. 1
 #   sweep: 34.7 s → 8.3 s on an H100, same numbers and run time); training programs ask for it back
-#   (jaxicl.dynamics.train.TRAINING_COMPILER_OPTIONS).
+#   (TRAINING_COMPILER_OPTIONS below).
 DEFAULT_XLA_FLAGS = {"--xla_gpu_autotune_level": "0"}
 # - where JAX can only use the CPU: LLVM at optimisation level 1 instead of 3 (a cold `make reproduce` compiled for
 #   25 % less time; 18 min 22 s -> 17 min 41 s), and the kernels run as fast on these programs (benchmarks/README.md).
@@ -79,3 +80,19 @@ def size_cpu_thread_pool(threads: int) -> None:
                 os.sched_setaffinity(int(tid), cpus)
             except OSError:  # a thread that ended meanwhile
                 pass
+
+
+def _autotune_level_from_env(name: str = "JAXICL_TRAINING_AUTOTUNE_LEVEL", default: int = 4) -> int:
+    """XLA:GPU's GEMM autotuning level (0 = off … 4) for training programs: ``$name``, else ``default``."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if value not in {str(i) for i in range(5)}:
+        raise ValueError(f"${name} = {value!r}: use an autotuning level 0 (off) … 4.")
+    return int(value)
+
+
+# XLA options for training programs: the ``jaxicl`` command turns GPU GEMM autotuning off for its many small programs
+# (it took most of their compilation), but a transformer's training step is 3× slower without it (paper size).
+# $JAXICL_TRAINING_AUTOTUNE_LEVEL sets the level for a whole run, the `--jobs` processes included.
+TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": _autotune_level_from_env()}
