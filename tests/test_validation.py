@@ -218,3 +218,13 @@ def test_a_nan_in_a_flow_names_the_first_saved_time_and_a_nan_gradient_is_not_ca
 
     with pytest.raises(FloatingPointError, match=r"the gradient there is not finite .* \(not stiffness\)"):
         icl.gradient_flow(nan_gradient, jnp.ones(2), 2.0, ts=np.linspace(0, 2, 21))
+
+
+def test_a_half_precision_covariance_is_refused_naming_it():
+    """A float16 Λ failed deep in a linear-algebra call ("array type float16 is unsupported in linalg"), naming no
+    argument; now the constructor names it and says what to pass."""
+    with pytest.raises(TypeError, match=r"FixedCovariance matrix is float16: .* float32 or float64"):
+        icl.tasks.FixedCovariance(jnp.eye(3, dtype=jnp.float16))
+    with pytest.raises(TypeError, match="bfloat16"):
+        icl.tasks.FixedCovariance(jnp.eye(3, dtype=jnp.bfloat16))
+    icl.tasks.FixedCovariance(jnp.eye(3, dtype=jnp.float32))  # single precision is fine

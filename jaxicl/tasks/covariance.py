@@ -36,6 +36,12 @@ def check_covariance(lam, name: str = "covariance") -> None:
 
     Only concrete arrays are checked (inside ``jit``/``vmap`` the values are unknown).
     """
+    dtype = getattr(lam, "dtype", np.float64)
+    if jnp.issubdtype(dtype, jnp.floating) and jnp.finfo(dtype).bits < 32:
+        raise TypeError(
+            f"{name} is {np.dtype(dtype).name}: JAX's linear algebra (Cholesky, eigenvalues, solves) has no half precision; "
+            "pass it as float32 or float64, e.g. Λ.astype(jnp.float32)."
+        )
     if not is_concrete(lam):
         return
     lam = np.asarray(lam)
