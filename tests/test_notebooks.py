@@ -52,7 +52,7 @@ def test_stored_outputs_are_current_and_pass_the_checks(path):
 
 
 def _zhang(text):
-    rel = float(text.split("Γ^{-1}:")[1].split()[0])
+    rel = float(text.split("vs Γ⁻¹:")[1].split()[0])
     assert rel <= 1e-6  # the notebook's flow reached W*
 
 
