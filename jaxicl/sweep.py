@@ -376,6 +376,24 @@ def sweep(
         memory_budget: bytes per device one compiled chunk may use (default `device_memory_budget`:
             3/4 of the device's memory). A chunk whose program needs more (XLA's buffer assignment) is split
             into smaller chunks, which give the same numbers.
+
+    Returns:
+        An ``xarray.Dataset`` with one dimension per grid axis (its values as coordinates) and one variable per
+        output leaf, its own dimensions after the grid's.
+
+    Example:
+        ```python
+        import jax.numpy as jnp
+        import jaxicl as icl
+
+        def run_fn(kappa, n):  # the exact loss of the optimal one-step LSA, Zhang et al. Lemma 5.3
+            lam = jnp.linspace(1.0, kappa, 3)
+            gamma = (1 + 1 / n) * jnp.diag(lam) + lam.sum() / n * jnp.eye(3)
+            return 0.5 * lam.sum() - 0.5 * jnp.trace(jnp.diag(lam) ** 2 @ jnp.linalg.inv(gamma))
+
+        ds = icl.sweep(run_fn, grid={"kappa": [1.0, 4.0, 16.0], "n": [5, 10, 20]}, progress=False)
+        assert ds["output"].shape == (3, 3)
+        ```
     """
     import xarray as xr
 

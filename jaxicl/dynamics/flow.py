@@ -112,9 +112,9 @@ def gradient_flow(
         loss_fn: scalar loss of the parameter pytree (e.g. ``lambda m: population_loss(m, task)``).
         params: initial parameters (any pytree, e.g. an ``eqx.Module``); only inexact-array leaves
             are integrated, everything else is held fixed.
-        t1: final time (a Python float: it fixes the solver's horizon). ``ts`` (default: 0 and ``n_save − 1``
-        log-spaced times up to t1) is the
-            output grid.
+        t1: final time (a Python float: it fixes the solver's horizon).
+        ts: the times to save, increasing in [0, t1] (default: 0 and ``n_save − 1`` log-spaced times up to t1).
+        n_save: the number of saved times when ``ts`` is not given.
         solver: ``"tsit5"`` (explicit, default), ``"dopri5"``, ``"dopri8"``, ``"kvaerno5"``
             (implicit, for stiff flows) or any diffrax solver.
         rtol, atol: tolerances of the PID step-size controller.
@@ -138,8 +138,21 @@ def gradient_flow(
             programs meant to be cached (sweeps) pass ``False`` and call `check_flow` on the result.
 
     Returns:
-        `FlowSolution`. Raises ``FloatingPointError`` naming the time and the quantity if the
-        flow diverges (outside ``jit``; inside ``jit`` an ``eqx.error_if`` runtime error).
+        `FlowSolution`: the saved times ``ts``, the parameters at each (``models``: every leaf stacked on a leading
+        time axis), the losses and gradient norms there, the final state and its time. Raises
+        ``FloatingPointError`` naming the time and the quantity if the flow diverges (outside ``jit``; inside ``jit``
+        an ``eqx.error_if`` runtime error).
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        task = icl.tasks.LinearRegression(3, 10, icl.tasks.FixedCovariance(jnp.eye(3)))
+        model = icl.models.LinearSelfAttention.balanced_init(d=3, sigma=0.1, key=jax.random.PRNGKey(0))
+        sol = icl.gradient_flow(lambda m: icl.population_loss(m, task), model, t1=100.0, n_save=20)
+        assert sol.losses.shape == (20,) and sol.models.W_kq.shape == (20, 4, 4)
+        ```
     """
     if (
         isinstance(t1, (jax.core.Tracer, bool, str))

@@ -359,6 +359,28 @@ def train(
     checkpoints), so it cannot be differentiated: use `jaxicl.optax_train` inside ``jax.grad``.
 
     A non-finite loss raises ``FloatingPointError`` naming the step; the last checkpoint is left intact.
+
+    Returns:
+        `TrainResult`: the trained ``model``, its optimizer state, the loss of every step, the evaluations and the
+        steps they were taken at, the measured steps per second, and where it started and stopped (a ``deadline``
+        or ``time_limit`` may stop it early: ``complete`` says whether it reached ``n_steps``).
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import optax
+        import jaxicl as icl
+
+        task = icl.tasks.LinearRegression(3, 10, icl.tasks.FixedCovariance(jnp.eye(3)))
+        model = icl.models.LinearSelfAttention.random_init(3, 0.1, jax.random.PRNGKey(0))
+        def loss(m, key, step):  # a fresh batch of prompts every step
+            prompts = task.sample(key, 64)
+            return 0.5 * jnp.mean((jax.vmap(m.predict)(prompts) - prompts.y_query) ** 2)
+
+        res = icl.train(loss, model, 200, jax.random.PRNGKey(1), optimizer=optax.adam(1e-2),
+                        chunk_size=100, progress=False)
+        assert res.losses.shape == (200,) and res.losses[-20:].mean() < res.losses[:20].mean()
+        ```
     """
     _refuse_tracers(model, "train")
     n_steps = _validate.integer("train: n_steps", n_steps, low=0)

@@ -63,9 +63,31 @@ def has_population_loss(model, task) -> bool:
 
 
 def population_loss(model, task) -> Float[Array, ""]:
-    """Exact population loss ½E(ŷ − y_query)² where a closed form is registered.
+    r"""Exact population loss $L = \tfrac12\mathbb{E}(\hat y - y_q)^2$ of ``model`` on ``task``'s prompts, from the
+    closed form registered for the pair of their types (`register_population_loss`).
 
-    Raises `NoClosedFormError` (naming ``mc_loss``) otherwise.
+    Args:
+        model: an equinox module, e.g. `LinearSelfAttention` (Zhang et al. eq. 3.3; every parameter value, not only
+            the invariant manifold), a `LinearTransformer` with fixed Gram matrices, `MultiHeadSoftmaxICL`.
+        task: its prompt distribution, e.g. `LinearRegression` with a fixed or random covariance, label noise too.
+
+    Returns:
+        A scalar array: the exact loss, differentiable in every parameter of the model and every array leaf of the
+        task (Λ, the noise level).
+
+    Raises:
+        NoClosedFormError: no closed form for the pair (its message points to `mc_loss`).
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        task = icl.tasks.LinearRegression(3, 10, icl.tasks.FixedCovariance(jnp.eye(3)))
+        model = icl.models.LinearSelfAttention.random_init(3, 0.3, jax.random.PRNGKey(0))
+        loss = icl.population_loss(model, task)
+        grads = jax.grad(icl.population_loss)(model, task)  # same pytree as model
+        ```
     """
     fn = _lookup(model, task)
     if fn is None:
@@ -87,14 +109,34 @@ def mc_loss(
     chunk_size: int = 8192,
     return_stderr: bool = False,
 ):
-    """Unbiased Monte-Carlo estimate of ½E(ŷ − y_query)² from ``batch`` fresh prompts.
+    r"""Unbiased Monte-Carlo estimate of $\tfrac12\mathbb{E}(\hat y - y_q)^2$ from ``batch`` fresh prompts: any model
+    with a ``predict(prompt)``, on any task with a ``sample(key, batch)``.
 
     A model may define ``predict_batch(prompts)`` (else ``vmap(predict)`` is used); when a prompt has
     several targets (Yang et al.: all K labels) the per-prompt error is their mean, ½(1/K)Σ_k(ŷ_k − y_k)².
 
-    Prompts are drawn ``chunk_size`` at a time inside a ``lax.scan``, chunk i from ``fold_in(key, i)``, so memory
-    stays bounded for any ``batch`` (at most 2³¹ − 1 chunks). With ``return_stderr=True`` returns
-    ``(mean, standard_error)``.
+    Args:
+        model: the model.
+        task: the prompt distribution.
+        key: PRNG key; chunk i of prompts is drawn from ``fold_in(key, i)``.
+        batch: number of prompts.
+        chunk_size: prompts drawn at a time inside a ``lax.scan``: memory stays bounded for any ``batch`` (at most
+            2³¹ − 1 chunks).
+        return_stderr: also return the estimate's standard error.
+
+    Returns:
+        The mean squared error's half as a scalar array, or ``(mean, standard_error)`` with ``return_stderr``.
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        task = icl.tasks.LinearRegression(3, 10, icl.tasks.FixedCovariance(jnp.eye(3)))
+        model = icl.models.LinearSelfAttention.random_init(3, 0.3, jax.random.PRNGKey(0))
+        mean, se = icl.mc_loss(model, task, jax.random.PRNGKey(1), batch=20_000, return_stderr=True)
+        assert abs(mean - icl.population_loss(model, task)) < 4 * se
+        ```
     """
     batch = _validate.integer("mc_loss: batch", batch)
     chunk = min(_validate.integer("mc_loss: chunk_size", chunk_size), batch)

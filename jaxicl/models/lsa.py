@@ -47,7 +47,25 @@ def _blocks(W_kq, W_pv):
 
 
 class LinearSelfAttention(eqx.Module):
-    """LSA layer with full key-query and projection-value matrices (eq. 3.3)."""
+    r"""One layer of linear self-attention (Zhang et al. eq. 3.3) with full key-query and projection-value matrices
+    $W^{KQ}, W^{PV} \in \mathbb{R}^{(d+1)\times(d+1)}$: on the embedded prompt $E$ (examples $(x_i, y_i)$ and the
+    query $(x_q, 0)$ as columns), the prediction is
+    $\hat y = [E + W^{PV} E \cdot E^\top W^{KQ} E / N]_{d+1, N+1}$.
+
+    Args:
+        W_kq: $W^{KQ}$, shape (d+1, d+1).
+        W_pv: $W^{PV}$, shape (d+1, d+1).
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        model = icl.models.LinearSelfAttention.balanced_init(d=3, sigma=0.1, key=jax.random.PRNGKey(0))
+        task = icl.tasks.LinearRegression(3, 10, icl.tasks.FixedCovariance(jnp.eye(3)))
+        y_hat = model.predict(task.sample_one(jax.random.PRNGKey(1)))  # a scalar
+        ```
+    """
 
     W_kq: Float[Array, "d+1 d+1"]
     W_pv: Float[Array, "d+1 d+1"]

@@ -46,7 +46,7 @@ def embed(prompt: Prompt) -> Float[Array, "d+1 n+1"]:
 
 
 class LinearRegression(eqx.Module):
-    """Prompt distribution for in-context linear regression.
+    r"""Prompt distribution for in-context linear regression.
 
     Args:
         d: input dimension.
@@ -54,6 +54,21 @@ class LinearRegression(eqx.Module):
         covariance: a `CovariancePrior` (``FixedCovariance(Λ)`` or a random prior).
         weights: ``"isotropic"`` (w ~ N(0, I)) or ``"inverse_covariance"`` (w ~ N(0, Λ⁻¹)).
         noise_std: label-noise standard deviation (an array leaf: sweepable, differentiable).
+
+    A prompt holds N examples $(x_i, y_i)$ and a query $x_q$, with $x \sim N(0, \Lambda)$ and
+    $y = w^\top x + \sigma\varepsilon$ (Zhang et al. §3; Ahn et al. §2), $\Lambda$ drawn from ``covariance`` once per
+    prompt.
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        task = icl.tasks.LinearRegression(3, 10, icl.tasks.FixedCovariance(jnp.eye(3)), noise_std=0.1)
+        prompts = task.sample(jax.random.PRNGKey(0), 64)  # a batch of 64 prompts
+        assert prompts.x.shape == (64, 10, 3) and prompts.y.shape == (64, 10)
+        test = task.with_context(100)  # the same distribution, M = 100 examples
+        ```
     """
 
     d: int = eqx.field(static=True)

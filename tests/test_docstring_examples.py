@@ -1,0 +1,32 @@
+"""The examples in the docstrings of the public entry points run as written (the API reference shows them)."""
+
+import inspect
+import re
+
+import pytest
+
+import jaxicl as icl
+
+ENTRY_POINTS = {
+    "population_loss": icl.population_loss,
+    "mc_loss": icl.mc_loss,
+    "gradient_flow": icl.gradient_flow,
+    "train": icl.train,
+    "sweep": icl.sweep,
+    "LinearSelfAttention": icl.models.LinearSelfAttention,
+    "LinearRegression": icl.tasks.LinearRegression,
+}
+
+
+def _examples(obj) -> list[str]:
+    doc = inspect.getdoc(obj) or ""
+    section = doc.split("Example:", 1)[1] if "Example:" in doc else ""
+    return [inspect.cleandoc(block) for block in re.findall(r"```python\n(.*?)```", section, re.S)]
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_the_docstring_example_runs(name):
+    blocks = _examples(ENTRY_POINTS[name])
+    assert blocks, f"{name}'s docstring has no example"
+    for block in blocks:
+        exec(compile(block, f"<{name} docstring>", "exec"), {})
