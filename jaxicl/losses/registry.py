@@ -72,8 +72,8 @@ def population_loss(model, task) -> Float[Array, ""]:
         task: its prompt distribution, e.g. `LinearRegression` with a fixed or random covariance, label noise too.
 
     Returns:
-        A scalar array: the exact loss, differentiable in every parameter of the model and every array leaf of the
-        task (Λ, the noise level).
+        A scalar array: the exact loss, differentiable in every parameter of the model and in the task's array
+        leaves, Λ and the noise level among them.
 
     Raises:
         NoClosedFormError: no closed form for the pair (its message points to `mc_loss`).
