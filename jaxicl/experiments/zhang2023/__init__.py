@@ -462,26 +462,26 @@ def _shifts(r: _Run, w_fix, v_fix) -> xr.Dataset:
             simulated=fmt(slopes, 3),
         )
     )
-    # query shift: x_q ~ N(0, 4 I) while the context keeps Λ; task shift: noisy labels, fixed w
-    Lq = 4.0 * jnp.eye(d)
-    qs_pred = float(zhang.query_shift_error(Lam, Lq, cfg.shift_N, cfg.shift_M))
-    qs_sim, qs_se = powered_mean_and_se(
-        functools.partial(
+
+    def shifted(Lam_query, noise, fixed_w):  # the squared errors of W*(Λ, shift_N) on shifted test prompts
+        return functools.partial(
             squared_errors,
             model=model_big,
             Lam=Lam,
-            Lam_query=Lq,
+            Lam_query=Lam_query,
             w=w_fix,
             v=v_fix,
             quad=0.0,
-            noise=0.0,
+            noise=noise,
             M=cfg.shift_M,
             batch=cfg.shift_batch,
-            fixed_w=False,
-        ),
-        next(keys),
-        qs_pred,
-    )
+            fixed_w=fixed_w,
+        )
+
+    # query shift: x_q ~ N(0, 4 I) while the context keeps Λ; task shift: noisy labels, fixed w
+    Lq = 4.0 * jnp.eye(d)
+    qs_pred = float(zhang.query_shift_error(Lam, Lq, cfg.shift_N, cfg.shift_M))
+    qs_sim, qs_se = powered_mean_and_se(shifted(Lq, noise=0.0, fixed_w=False), next(keys), qs_pred)
     zero_err = float(jnp.trace(Lq))  # error of the zero predictor, for scale
     checks.append(
         mc_check(
@@ -493,23 +493,7 @@ def _shifts(r: _Run, w_fix, v_fix) -> xr.Dataset:
         )
     )
     ts_pred = float(zhang.prediction_error(*zhang.linear_task_moments(w_fix, Lam, 0.5), Lam, cfg.shift_N, cfg.shift_M))
-    ts_sim, ts_se = powered_mean_and_se(
-        functools.partial(
-            squared_errors,
-            model=model_big,
-            Lam=Lam,
-            Lam_query=Lam,
-            w=w_fix,
-            v=v_fix,
-            quad=0.0,
-            noise=0.5,
-            M=cfg.shift_M,
-            batch=cfg.shift_batch,
-            fixed_w=True,
-        ),
-        next(keys),
-        ts_pred,
-    )
+    ts_sim, ts_se = powered_mean_and_se(shifted(Lam, noise=0.5, fixed_w=True), next(keys), ts_pred)
     checks.append(mc_check("task shift (noise 0.5, fixed w): error → best linear error 0.25", ts_pred, ts_sim, ts_se))
     ds_shift = xr.Dataset(
         {"slope": ("c", slopes), "slope_se": ("c", slopes_se), "slope_predicted": ("c", slopes_pred)},
