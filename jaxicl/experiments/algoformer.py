@@ -114,7 +114,6 @@ class Config(Sized):
             **transformer_arrays(
                 "the standard transformers", self.batch, tokens, self.d_model, self.std_layers, 4 * self.d_model
             ),
-            "the test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2,
         }
 
     def contradictions(self) -> list[str]:

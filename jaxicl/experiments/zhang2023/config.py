@@ -39,10 +39,7 @@ class GPT2Config(Consistent):
 
     def largest_arrays(self) -> dict[str, int]:
         tokens = 2 * max(self.Ns) + 1  # (x, y) pairs and the query
-        return {
-            **transformer_arrays("Fig. 1's GPT-2", self.batch, tokens, self.d_model, self.n_layers, 4 * self.d_model),
-            "Fig. 1's test prompts' attention scores": 4 * self.test_prompts * self.n_heads * tokens**2,
-        }
+        return transformer_arrays("Fig. 1's GPT-2", self.batch, tokens, self.d_model, self.n_layers, 4 * self.d_model)
 
 
 @dataclasses.dataclass(frozen=True)
