@@ -15,6 +15,7 @@ ENTRY_POINTS = {
     "sweep": icl.sweep,
     "LinearSelfAttention": icl.models.LinearSelfAttention,
     "LinearRegression": icl.tasks.LinearRegression,
+    "MultiHeadSoftmaxICL": icl.models.MultiHeadSoftmaxICL,
 }
 
 

@@ -23,7 +23,28 @@ from ..tasks.template_regression import TemplatePrompt
 
 
 class MultiHeadSoftmaxICL(eqx.Module):
-    """H heads with parameters Q (H, d, d) and w (H, K); ``head_mask`` (H,) marks the active heads."""
+    r"""Yang et al.'s one-layer multi-head softmax attention (eq. 8): H heads, head h with $Q_h \in \mathbb{R}^{d\times d}$
+    and $w_h \in \mathbb{R}^K$, predicting all K labels, $\hat y_k = \langle y, \sum_h w_{h,k}\,
+    \mathrm{softmax}(V^\top Q_h v_k)\rangle$.
+
+    Args:
+        Q: the heads' $Q_h$, shape (H, d, d).
+        w: the heads' $w_h$, shape (H, K).
+        head_mask: shape (H,), the active heads (default: all); padded heads let models with different H share one
+            shape and one compiled program.
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.TemplateRegression.random(key, d=8, K=24, n_context=6, m=4, tau=0.1)
+        model = icl.models.MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 1), 12, 8, 24)  # H = 12
+        loss = icl.population_loss(model, task)  # loss (9), exact
+        assert model.Q.shape == (12, 8, 8) and model.w.shape == (12, 24)
+        ```
+    """
 
     Q: Float[Array, "H d d"]
     w: Float[Array, "H K"]
