@@ -16,6 +16,8 @@ ENTRY_POINTS = {
     "LinearSelfAttention": icl.models.LinearSelfAttention,
     "LinearRegression": icl.tasks.LinearRegression,
     "MultiHeadSoftmaxICL": icl.models.MultiHeadSoftmaxICL,
+    "LinearTransformer": icl.models.LinearTransformer,
+    "TemplateRegression": icl.tasks.TemplateRegression,
 }
 
 

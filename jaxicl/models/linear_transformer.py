@@ -316,10 +316,31 @@ def _attention_scores(S, activation):
 
 
 class LinearTransformer(eqx.Module):
-    """L-layer (or looped) transformer of Ahn et al. eqs. (2)–(5) with attention activation σ.
+    r"""L-layer (or looped) transformer of Ahn et al. eqs. (2)–(5) with attention activation σ: on the prompt matrix
+    $Z_0$, layer ℓ adds $\frac1n P_\ell Z_\ell M \sigma(Z_\ell^\top Q_\ell Z_\ell)$, and the prediction is
+    $-[Z_L]_{d+1, n+1}$ (the sign convention of Ahn et al.; Gatmiry et al.'s `restricted` is the same model).
 
-    Build one with `full`, `single_layer`, `preconditioner`, `block`,
-    `restricted` or `init`.
+    Build one with `full`, `single_layer`, `preconditioner`, `block`, `restricted` or `init`.
+
+    Args:
+        params: the layers' weights, a `Parametrization` (e.g. `FullWeights(P, Q)`, shapes (L, d+1, d+1)).
+        activation: σ, ``"identity"`` (linear attention), ``"relu"`` or ``"softmax"``.
+        looped: one set of weights applied ``depth`` times (Gatmiry et al.), instead of L layers.
+        depth: the number of layers or loops applied (an array leaf: sweepable).
+        max_depth: the largest ``depth`` a sweep asks of a looped model (its shape).
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+        from jaxicl.models import GramBatch, LinearTransformer
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.LinearRegression(5, 20, icl.tasks.FixedCovariance(jax.numpy.eye(5)))
+        model = LinearTransformer.init(key, d=5, n_layers=3, parametrization="preconditioner")  # eq. (9)
+        train = GramBatch.from_prompts(task.sample(key, 500))  # a fixed training set
+        loss = icl.sample_loss(model, train)  # ½ mean (ŷ − y)²
+        ```
     """
 
     params: Parametrization

@@ -99,6 +99,16 @@ class TemplateRegression(eqx.Module):
 
     ``TemplateRegression.random(key, d=, K=, n_context=, m=, tau=)`` draws the paper's setting: random
     Gaussian unit tokens and standard Gaussian f(v_k).
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        task = icl.tasks.TemplateRegression.random(jax.random.PRNGKey(0), d=8, K=24, n_context=6, m=4, tau=0.1)
+        prompts = task.sample(jax.random.PRNGKey(1), 32)  # 32 prompts, each N = 6 labels of the K = 24 tokens
+        out_of_domain = task.with_coefficients(1, 2)  # λ_i = 1 + 2ξ_i (§4)
+        ```
     """
 
     tokens: Float[Array, "K d"]
