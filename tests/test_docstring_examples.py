@@ -18,6 +18,7 @@ ENTRY_POINTS = {
     "MultiHeadSoftmaxICL": icl.models.MultiHeadSoftmaxICL,
     "LinearTransformer": icl.models.LinearTransformer,
     "TemplateRegression": icl.tasks.TemplateRegression,
+    "AlgoFormer": icl.models.AlgoFormer,
 }
 
 

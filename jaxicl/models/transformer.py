@@ -395,7 +395,31 @@ class LoopedTransformer(_Looped):
 
 
 class AlgoFormer(_Looped):
-    """TF_post(TF_loop^T(TF_pre(e))) (AlgoFormer, eq. 2). ``layers`` and ``heads`` are (pre, loop, post)."""
+    """TF_post(TF_loop^T(TF_pre(e))) (AlgoFormer, eq. 2): a pre-transformer, a looped transformer applied T times
+    (T a runtime value: ``model(tokens, n_loops)``) and a post-transformer, each a stack of GPT-2 blocks.
+
+    Args:
+        key: PRNG key of the initialisation.
+        d_in: the tokens' dimension.
+        d_out: the predictions' dimension.
+        layers: the number of blocks of (pre, loop, post).
+        heads: the attention heads of (pre, loop, post).
+        d_model: the width.
+        d_ff: the MLP's width (default 4·d_model).
+        max_len: the longest sequence (learned positions).
+        dtype: the parameters' dtype (default float32).
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.RepresentationRegression(d=4, n_context=8, phi=None, noise_std=0.1)
+        algo = icl.models.AlgoFormer(key, 4, 1, layers=(1, 1, 1), heads=(4, 4, 4), d_model=32, max_len=16)
+        loss = icl.losses.sequence_loss(algo, task.prompts(key, 32), loops=(6, 4))  # eq. (6), (T, ΔT) = (6, 4)
+        ```
+    """
 
     pre: BlockStack
     loop: BlockStack
