@@ -281,6 +281,10 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     assert jobs_module.longest_first(["zhang2023", "gatmiry2024", "ahn2023"]) == ["gatmiry2024", "zhang2023", "ahn2023"]
     (tmp_path / jobs_module.LOCAL_NAME).write_text("not json")  # unreadable: the reference again
     assert jobs_module.job_seconds() == reference
+    # entries that are not seconds are left out (a string made every --jobs run a TypeError)
+    (tmp_path / jobs_module.LOCAL_NAME).write_text('{"seconds": {"zhang2023": "slow", "ahn2023": NaN, "yang2024": -1}}')
+    assert jobs_module.job_seconds() == reference
+    assert jobs_module.longest_first(["zhang2023", "gatmiry2024"]) == ["zhang2023", "gatmiry2024"]
     # a whole quick --jobs run records its jobs' wall times (here two stand-in processes)
     import pickle
     import sys

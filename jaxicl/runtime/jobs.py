@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -36,11 +37,17 @@ def reference_seconds() -> dict[str, float]:
 
 
 def _recorded(local: Path | None) -> dict[str, float]:
-    """The job times recorded in ``local`` (none where there is no file, or it cannot be read)."""
+    """The job times recorded in ``local`` (none where there is no file, or it cannot be read; an entry that is not a
+    finite, non-negative number of seconds is left out)."""
     try:
-        return dict(json.loads(local.read_text())["seconds"]) if local is not None and local.is_file() else {}
+        recorded = dict(json.loads(local.read_text())["seconds"]) if local is not None and local.is_file() else {}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    return {
+        str(job): float(s)
+        for job, s in recorded.items()
+        if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0
+    }
 
 
 def job_seconds() -> dict[str, float]:
