@@ -19,16 +19,14 @@ __all__ = [
     "optax_train",
     "raise_if_diverged",
 ]
+from ..runtime.planning import PlannedRun, planning
+from .checkpoint import load_checkpoint, save_checkpoint
 from .train import (
     Curriculum,
-    PlannedRun,
     TrainResult,
     cast_floating,
     ensemble_size_that_fits,
-    load_checkpoint,
     member,
-    planning,
-    save_checkpoint,
     stack_members,
     step_seconds,
     train,

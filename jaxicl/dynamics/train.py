@@ -30,10 +30,9 @@ from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 from .. import _validate
 from ..runtime import placement, xla_options
 from ..runtime import planning as _planning
-from ..runtime.planning import PlannedRun, planning  # noqa: F401  (jaxicl.dynamics exports them)
 from ..runtime.profiling import StageTimer
 from . import checkpoint as _checkpoint
-from .checkpoint import CheckpointError, checkpoint_header, load_checkpoint, save_checkpoint  # noqa: F401
+from .checkpoint import CheckpointError, checkpoint_header, load_checkpoint, save_checkpoint
 from .descent import check_finite_curve
 
 

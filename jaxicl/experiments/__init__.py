@@ -24,7 +24,16 @@ from ..runtime.jobs import (
 )
 from ..runtime.profiling import Stage, StageTimer, total
 from . import settings
-from .report import Check, PaperResult, PartResult, headline, render_markdown, result_path, staged_results
+from .report import (
+    Check,
+    PaperResult,
+    PartResult,
+    headline,
+    render_markdown,
+    result_path,
+    staged_results,
+    staging_folder,
+)
 from .report import recording as report_settings
 
 # name -> (module, one-line description); later issues add their papers here.
@@ -298,8 +307,8 @@ def _child_command(
         str(result_file),
     ]
     cmd += [] if part is None else ["--part", part]
-    staging = result_path(out)
-    cmd += [] if staging == Path(out) else ["--results-into", str(staging)]  # the parent moves them into place
+    staging = staging_folder(out)
+    cmd += [] if staging is None else ["--results-into", str(staging)]  # the parent moves them into place
     cmd += [] if device is None else ["--device", device]
     for key, value in (overrides or {}).items():
         cmd += ["--set", f"{key}={settings.toml_value(value)}"]

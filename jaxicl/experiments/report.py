@@ -403,6 +403,13 @@ def staged_results(out, into=None):
         _STAGED.pop()
 
 
+def staging_folder(out) -> Path | None:
+    """The staging folder of the run under way on ``out`` (`staged_results`), or None."""
+    if _STAGED and _STAGED[-1][0] == Path(out).resolve():
+        return _STAGED[-1][1]
+    return None
+
+
 def result_path(path) -> Path:
     """Where a result meant for ``path`` is written now: in the staging folder of the run under way when ``path`` is
     in its output directory (`staged_results`), else ``path`` itself."""
