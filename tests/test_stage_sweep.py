@@ -147,3 +147,41 @@ def test_the_lsa_toml_sweep_is_one_case_of_a_stage_sweep_in_one_program(tmp_path
     xr.testing.assert_allclose(a, b, rtol=0, atol=0)
     assert dict(a.sizes) == {"kappa": 2, "n_context": 2, "seed": 1, "save": 40}
     np.testing.assert_allclose(a.final_loss.values, a.theory_min_loss.values, rtol=1e-6)
+
+
+def test_a_trained_stage_sweeps_steps_and_seeds_and_shows_each_claims_margin(tmp_path):
+    """The trained stages (Fig. 2 of Gatmiry here, tiny) run over the training length and the PRNG seed: each
+    point is the run's own computation at that seed (the same numbers as `fig2_sweep` from the run's key), the
+    stage's own ``seed`` dimension (its models' seeds) is kept apart as ``stage_seed``, and the verdict table shows
+    each not-asserted claim's margin at every point, which is how the training that makes a claim hold is found."""
+    import jax
+
+    tiny = {"curve_windows": 2, "test_batch": 500, "seeds": 1, "fig2_windows": [0.0, 0.5]}
+    ds = stage_sweep.sweep_stage(
+        "gatmiry2024:fig2_gaussian_x", {"steps": [20, 40], "seed": [0, 1]}, overrides=tiny, out=tmp_path
+    )
+    assert ds.test_loss.dims[:3] == ("k", "looped", "stage_seed") and ds.sizes["seed"] == 2
+    cfg = stage_sweep.settings.apply(G.SIZES["quick"], {**tiny, "steps": 40, "seed": 1})
+    with jax.enable_x64(False):
+        direct = G.fig2_sweep(cfg, jax.random.fold_in(jax.random.PRNGKey(1), 4))
+    np.testing.assert_array_equal(ds.test_loss.sel(steps=40, seed=1).values, direct.test_loss.values)
+    assert not np.array_equal(ds.test_loss.sel(steps=40, seed=0).values, direct.test_loss.values)
+    claims = list(ds.check_claim.values)
+    ood = next(i for i, c in enumerate(claims) if "out-of-distribution" in c)
+    assert all(str(m).endswith("(worst looped ÷ multilayer)") for m in ds.margin.isel(check=ood).values.ravel())
+    assert "(worst looped ÷ multilayer)" in stage_sweep.verdict_table(ds)
+
+
+def test_every_trained_model_of_the_papers_has_a_stage_to_sweep():
+    listed = stage_sweep.stages()
+    for stage in (
+        "zhang2023:fig1_gpt2",
+        "gatmiry2024:fig1_gaussian_x",
+        "gatmiry2024:fig2_gaussian_x",
+        "yang2024:transformers",
+        "algoformer:regression",
+        "algoformer:ar",
+        "algoformer:cot",
+        "algoformer:fig5",
+    ):
+        assert stage in listed and listed[stage]

@@ -858,6 +858,29 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
     )
 
 
+def _part_stage(part: str):
+    def stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
+        import tempfile
+
+        cfg = dataclasses.replace(cfg, parts=(part,))  # this part's checks alone
+        with jax.enable_x64(False), tempfile.TemporaryDirectory() as tmp:
+            (res,) = run_parts([part], out=Path(tmp), config=cfg)
+        ds2, ds3, ds5 = (res.datasets.get(f) for f in ("fig2", "fig3", "fig5"))
+        prefixed = [ds.rename({n: f"{f}_{n}" for n in {*ds.variables, *ds.dims}}) for f, ds in res.datasets.items()]
+        return _checks(cfg, ds2, ds3, ds5), xr.merge(prefixed, combine_attrs="drop")
+
+    stage.__doc__ = (
+        f"{PART_CLAIMS[part]}: the models of the part {part!r}, trained from the seed ``cfg.seed`` as `run` trains them "
+        "(no checkpoints kept), their checks and errors (each variable named after its figure). A sweep over "
+        "``steps`` (``fig5_steps`` for Fig. 5) and ``seed`` finds the training at which each claim holds for every seed."
+    )
+    return stage
+
+
+# stages a `jaxicl sweep --stage algoformer:NAME` runs over a grid of settings (experiments.stage_sweep)
+SWEEPABLE = {part: _part_stage(part) for part in PARTS}
+
+
 def run(
     size: str = "quick",
     out: Path = Path("jaxicl-report"),

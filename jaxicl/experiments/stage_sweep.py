@@ -8,8 +8,12 @@ validated like ``--set`` before any work, on top of ``size`` and ``overrides``) 
 - every variable of the stage's datasets, with the grid's settings as new leading dimensions (points whose stage
   datasets have other sizes are padded with NaN);
 - ``verdict`` (grid × check): each check's verdict at each point ("pass", "FAIL", "not reproduced", "not
-  applicable", "report"), and ``check_claim`` (check) the claims as the first point words them, so that one can
-  read where a theorem's premise stops holding or its prediction stops matching.
+  applicable", "report"), ``margin`` (grid × check) how far a claim not asserted at that point is from its
+  threshold (empty for the others), and ``check_claim`` (check) the claims as the first point words them, so that
+  one can read where a theorem's premise stops holding, its prediction stops matching, or a trained claim starts
+  to hold;
+- a dimension or variable of a stage's own named like a grid setting becomes ``stage_NAME`` (Gatmiry's models'
+  ``seed`` against the grid's ``seed``).
 
 The points run one after another, each a full stage with its own compiled programs; points whose shapes agree reuse
 them (JAX's compilation caches), so a grid over a value (σ, κ, a step count) compiles once and one over a size (d,
@@ -146,6 +150,7 @@ def _run_point(fn, cfg) -> xr.Dataset:
     if checks:
         ds["verdict"] = ("check", np.array([c.verdict for c in checks], dtype=object).astype(str))
         ds["check_claim"] = ("check", np.array([c.claim for c in checks], dtype=object).astype(str))
+        ds["margin"] = ("check", np.array([c.margin for c in checks], dtype=object).astype(str))
     return ds
 
 
@@ -206,15 +211,20 @@ def sweep_stage(
     keys = list(grid)
     claims = results[0]["check_claim"] if "check_claim" in results[0] else None
     # dimensions without coordinates get positions, so that points of other sizes align (padded with NaN)
+    # a stage's own dimension or variable named like a grid setting (Gatmiry's `seed` dimension, its models' seeds,
+    # against the grid's `seed`, the PRNG seed of the run) is renamed `stage_NAME`
+    results = [r.rename({n: f"stage_{n}" for n in keys if n in r.variables or n in r.dims}) for r in results]
     results = [
         r.drop_vars("check_claim", errors="ignore").assign_coords(
             {d: np.arange(n) for d, n in r.sizes.items() if d not in r.coords}
         )
         for r in results
     ]
-    stacked = xr.concat(results, dim="point", join="outer")
-    stacked = stacked.assign_coords({k: ("point", [p[k] for p, _ in points]) for k in keys})
-    stacked = stacked.set_index(point=keys).unstack("point") if len(keys) > 1 else stacked.swap_dims(point=keys[0])
+    # the points' dimension, named apart from any a stage's dataset has (Gatmiry's Fig. 2 has a "point")
+    dim = "grid_point"
+    stacked = xr.concat(results, dim=dim, join="outer")
+    stacked = stacked.assign_coords({k: (dim, [p[k] for p, _ in points]) for k in keys})
+    stacked = stacked.set_index({dim: keys}).unstack(dim) if len(keys) > 1 else stacked.swap_dims({dim: keys[0]})
     if claims is not None:
         stacked["check_claim"] = claims
     stacked.attrs.update(attrs)
@@ -229,12 +239,17 @@ def verdict_table(ds: xr.Dataset) -> str:
         return "(this stage has no checks)"
     grid = [d for d in ds["verdict"].dims if d != "check"]
     v = ds["verdict"].transpose(*grid, "check")
-    lines = ["| check | verdicts over the grid | first point not passing |", "|---|---|---|"]
+    margins = ds["margin"].transpose(*grid, "check") if "margin" in ds else None
+    lines = [
+        "| check | verdicts over the grid | first point not passing | margins (grid order) |",
+        "|---|---|---|---|",
+    ]
     for j in range(ds.sizes["check"]):
         col = v.isel(check=j)
         values = col.values.ravel()
         counts = ", ".join(f"{n} {name}" for name, n in zip(*np.unique(values, return_counts=True)))
         bad = [idx for idx in np.ndindex(col.shape) if col.values[idx] not in ("pass", "report")]
         first = ", ".join(f"{g} = {ds[g].values[i]}" for g, i in zip(grid, bad[0])) if bad else "—"
-        lines.append(f"| {str(ds['check_claim'].values[j])[:90]} | {counts} | {first} |")
+        shown = [] if margins is None else [str(m) for m in margins.isel(check=j).values.ravel() if str(m)]
+        lines.append(f"| {str(ds['check_claim'].values[j])[:90]} | {counts} | {first} | {', '.join(shown) or '—'} |")
     return "\n".join(lines)

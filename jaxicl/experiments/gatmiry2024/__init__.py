@@ -233,11 +233,30 @@ def fig2_sweep(cfg: Config, key, progress: bool = False) -> xr.Dataset:
 
 
 # --- stages a `jaxicl sweep --stage gatmiry2024:NAME` runs over a grid of settings (experiments.stage_sweep) ------
+def fig1_gaussian_x_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
+    """Fig. 1's Gaussian-X models (every κ, L, architecture and ``cfg.seeds`` seeds) trained from the seed
+    ``cfg.seed`` as `run` trains them: their checks and losses. A sweep over ``steps`` and ``seed`` finds the training
+    at which each trained claim holds for every seed."""
+    with jax.enable_x64(False):
+        ds = fig1_sweep(cfg, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 3))
+    return _fig1_checks(ds, cfg), ds
+
+
+def fig2_gaussian_x_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
+    """Fig. 2's models (trained on k scales, tested on widened windows) trained from the seed ``cfg.seed`` as `run`
+    trains them: their checks and losses."""
+    with jax.enable_x64(False):
+        ds = fig2_sweep(cfg, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 4))
+    return _fig2_checks(ds, cfg), ds
+
+
 SWEEPABLE = {
     "thm6_thm7": check_thm6_thm7,
     "constructions": check_constructions,
     "fig1_theory": fig1_theory,
     "learned_steps": learned_steps_sweep,
+    "fig1_gaussian_x": fig1_gaussian_x_stage,
+    "fig2_gaussian_x": fig2_gaussian_x_stage,
 }
 
 

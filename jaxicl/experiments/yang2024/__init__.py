@@ -41,6 +41,7 @@ from ..report import (
     save_dataset,
     save_paper_figure,
 )
+from ..settings import SettingsError
 
 # the reproduction's names live in this package's modules (settings, Figs. 2(b)/5) and are all reachable from here
 from .config import NAME, SIZES, TITLE, TRANSFORMER_SETTINGS, Config, TransformerConfig  # noqa: F401
@@ -710,6 +711,23 @@ def _figures(out, cfg: Config, ds2, ds3, ds4, dsth) -> list[str]:
     ax.legend(fontsize=8)
     figs.append(save_paper_figure(fig, out, NAME, "thm1_rate.png"))
     return figs
+
+
+def transformers_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
+    """Figs. 2(b) and 5's transformers trained at ``cfg.transformer`` from the seed ``cfg.seed`` as `run` trains them
+    (no checkpoints kept): their checks and losses. A sweep over ``transformer.steps`` and ``seed`` finds the training
+    at which each trained claim holds for every seed."""
+    import tempfile
+
+    if cfg.transformer is None:
+        raise SettingsError("this stage trains the transformers of Figs. 2(b) and 5: transformer is off here.")
+    with jax.enable_x64(False), tempfile.TemporaryDirectory() as tmp:
+        ds = train_transformers(cfg.transformer, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 7), Path(tmp))
+    return _transformer_checks(ds, cfg.transformer), ds
+
+
+# stages a `jaxicl sweep --stage yang2024:NAME` runs over a grid of settings (experiments.stage_sweep)
+SWEEPABLE = {"transformers": transformers_stage}
 
 
 def run(

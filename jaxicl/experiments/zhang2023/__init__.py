@@ -46,6 +46,7 @@ from .fig1 import (  # noqa: F401
     _fig1_model,
     fig1,
     fig1_checks,
+    fig1_gpt2_stage,
     fig1_lsa_limits,
     fig1_test_priors,
     trained_as_paper,
@@ -191,7 +192,7 @@ def balanced_flow_stage(cfg: Config):
 
 
 # stages a `jaxicl sweep --stage zhang2023:NAME` runs over a grid of settings (experiments.stage_sweep)
-SWEEPABLE = {"balanced_flow": balanced_flow_stage}
+SWEEPABLE = {"balanced_flow": balanced_flow_stage, "fig1_gpt2": fig1_gpt2_stage}
 
 
 @dataclasses.dataclass

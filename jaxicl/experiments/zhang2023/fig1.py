@@ -18,6 +18,7 @@ from ...dynamics import Curriculum, train
 from ...runtime.budget import TimeBudget, next_deadline, plan
 from ...theory import zhang
 from ..report import Check, fmt, paper_claim, partial_status, relative_margin, save_paper_figure
+from ..settings import SettingsError
 from .config import NAME, SIZES, GPT2Config
 
 # --- Fig. 1: GPT-2 trained on fixed vs random covariance (§4.3, App. E) ------------------------------------
@@ -229,6 +230,21 @@ def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
         )
     )
     return checks
+
+
+def fig1_gpt2_stage(cfg) -> tuple[list[Check], xr.Dataset]:
+    """Fig. 1's GPT-2 models trained at ``cfg.gpt2`` from the seed ``cfg.seed`` as `run` trains them (no
+    checkpoints kept): their checks and errors. A sweep over ``gpt2.steps`` and ``seed`` finds the training at which
+    each trained claim holds for every seed."""
+    import tempfile
+
+    if cfg.gpt2 is None:
+        raise SettingsError("this stage trains Fig. 1's GPT-2 models: gpt2 is off at these settings.")
+    with jax.enable_x64(True):
+        lsa = fig1_lsa_limits(cfg.gpt2)
+    with jax.enable_x64(False), tempfile.TemporaryDirectory() as tmp:
+        ds = fig1(cfg.gpt2, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 7), Path(tmp))
+    return fig1_checks(ds, lsa, cfg.gpt2), ds
 
 
 def _fig1_figure(out, ds: xr.Dataset, lsa: dict) -> str:
