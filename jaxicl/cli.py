@@ -1,4 +1,4 @@
-"""Command line: ``jaxicl list``, ``jaxicl reproduce [NAME ...] [--quick|--full] [--out DIR]``, ``jaxicl sweep CONFIG``.
+"""Command line: ``jaxicl list``, ``jaxicl reproduce [NAME ...] [--quick|--trained|--full] [--out DIR]``, ``jaxicl sweep CONFIG``.
 
 ``reproduce`` and ``sweep`` use JAX's persistent compilation cache (see `jaxicl.runtime.compilation_cache`), and start
 the same command again, once, if XLA:CPU deadlocks them (`jaxicl.runtime.watchdog`)."""
@@ -15,6 +15,11 @@ from .runtime import watchdog
 from .runtime.xla_options import default_xla_flags, size_cpu_thread_pool
 
 
+def _size(args) -> str:
+    """The size named on the command line (`jaxicl.experiments.settings.SIZE_NAMES`), quick by default."""
+    return "full" if args.full else "trained" if args.trained else "quick"
+
+
 def _cmd_config(args) -> int:
     from .experiments import _modules, available
     from .experiments.settings import field_docs, to_toml
@@ -23,7 +28,7 @@ def _cmd_config(args) -> int:
         print(f"jaxicl: unknown reproduction {args.name}; available: {', '.join(available())}", file=sys.stderr)
         return 2
     module = _modules([args.name])[args.name]
-    size = "full" if args.full else "quick"
+    size = _size(args)
     cfg = module.SIZES[size]
     docs, headings = field_docs(cfg)  # the class's comments, then the module's own
     docs.update(getattr(module, "SETTINGS_DOCS", {}))
@@ -81,7 +86,7 @@ def _cmd_reproduce(args) -> int:
             f"jaxicl: unknown reproduction {', '.join(unknown)}; available: {', '.join(available())}", file=sys.stderr
         )
         return 2
-    size = "full" if args.full else "quick"
+    size = _size(args)
     try:  # every setting checked before any work
         overrides = _overrides(args, names)
         configs = effective_settings(
@@ -222,7 +227,7 @@ def _cmd_stage_sweep(args) -> int:
             ds = sweep_stage(
                 args.stage,
                 grid,
-                "full" if args.full else "quick",
+                _size(args),
                 overrides,
                 args.out,
                 progress=args.progress or sys.stderr.isatty(),
@@ -296,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="reproductions to run (default: all, see `jaxicl list`)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="quick size (default): minutes on a 2-core CPU")
+    g.add_argument(
+        "--trained",
+        action="store_true",
+        help="trains long enough to assert the claims about trained models, over three seeds (hours on a CPU)",
+    )
     g.add_argument("--full", action="store_true", help="the papers' sizes (long; GPU recommended)")
     p.add_argument("--out", default="jaxicl-report", help="output directory (default: ./jaxicl-report)")
     p.add_argument(
@@ -354,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the reproduction (see `jaxicl list`)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="the quick size's settings (default)")
+    g.add_argument("--trained", action="store_true", help="the size where the trained claims are asserted")
     g.add_argument("--full", action="store_true", help="the paper's size")
     p.set_defaults(func=_cmd_config)
     p = sub.add_parser(
@@ -376,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --stage: a setting for every point")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="with --stage: from the quick settings (default)")
+    g.add_argument("--trained", action="store_true", help="with --stage: from the trained size's settings")
     g.add_argument("--full", action="store_true", help="with --stage: from the papers' settings")
     p.add_argument(
         "--out", default="jaxicl-sweep", help="with --stage: output directory, resumable (default: ./jaxicl-sweep)"

@@ -398,7 +398,10 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     assert_verdict(bad, "more task diversity costs more: at L = 1", "FAIL")
     for part in ("depth helps", "competitive with L layers", "at every deeper L"):
         assert_verdict(bad, part, "not reproduced")
-    full = dataclasses.replace(cfg, steps=G.SIZES["full"].steps)
+    full = dataclasses.replace(cfg, **{k: getattr(G.SIZES["full"], k) for k in ("steps", "batch", "seeds")})
+    trained = dataclasses.replace(cfg, steps=G.SIZES["trained"].steps, seeds=G.SIZES["trained"].seeds)
+    assert_all_asserted_pass(G._fig1_checks(fig1(), trained), 5)  # Fig. 1's trained claims: asserted from --trained
+    assert not G.trained_enough(dataclasses.replace(trained, seeds=2))  # and over three seeds
     good_full = G._fig1_checks(fig1(), full)
     assert_all_asserted_pass(good_full, 5)
     m = Mutations(good_full)
@@ -441,6 +444,18 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     m.covered()
     assert_verdict(G._fig2_checks(fig2(2.0), cfg), "looped vs multilayer", "not reproduced")
     assert_verdict(G._fig2_checks(fig2(0.5), cfg), "looped vs multilayer", "pass")
+    assert_verdict(G._fig2_checks(fig2(2.0), trained), "looped vs multilayer", "not reproduced")  # --full only
+
+    # where asserted, each seed alone: a claim that holds on the mean over seeds but not for one seed FAILs
+    three = xr.concat([fig1(), fig1().isel(seed=[0])], "seed").assign_coords(seed=[0, 1, 2])
+    three["test_loss"].loc[dict(depth=10, seed=2)] = three["test_loss"].sel(depth=1, seed=2).values
+    mean_only = G._fig1_checks(three, dataclasses.replace(trained, seeds=2))  # not asserted: the mean over seeds
+    assert_verdict(mean_only, "depth helps", "pass")
+    per_seed = G._for_each_seed(G._fig1_checks, three, trained)
+    assert_verdict(per_seed, "depth helps", "FAIL")
+    row = next(c for c in per_seed if "depth helps" in c.claim)
+    assert row.seeds == 3 and "fails for seed 2:" in row.simulated and "seed 1:" not in row.simulated
+    assert_verdict(per_seed, "competitive with L layers", "pass")
 
 
 def test_gatmiry_fixed_gram_and_learned_step_checks(monkeypatch):

@@ -215,8 +215,8 @@ def reproduce(
     unknown = [n for n in names if n not in REPRODUCTIONS]
     if unknown:
         raise ValueError(f"unknown reproduction(s) {unknown}; available: {available()} (see `jaxicl list`).")
-    if size not in ("quick", "full"):
-        raise ValueError(f"size must be 'quick' or 'full', got {size!r}.")
+    if size not in settings.SIZE_NAMES:
+        raise ValueError(f"size must be one of {settings.SIZE_NAMES}, got {size!r}.")
     if budget_minutes is not None and not budget_minutes > 0:
         raise ValueError(f"budget_minutes must be positive, got {budget_minutes}.")
     if int(jobs) != jobs or jobs < 1:

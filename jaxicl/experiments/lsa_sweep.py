@@ -105,7 +105,7 @@ class Config(Sized):
         return [] if self.n_save >= 2 else [f"n_save = {self.n_save}: a loss curve needs two samples or more"]
 
 
-SIZES = {"quick": Config(), "full": Config()}  # one size: the flow is exact either way
+SIZES = {"quick": Config(), "trained": Config(), "full": Config()}  # one size: the flow is exact either way
 STAGE_X64 = True
 
 

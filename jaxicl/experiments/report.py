@@ -132,7 +132,9 @@ class Check:
 
     @property
     def tolerance_cell(self) -> str:
-        return self.tolerance + ("" if self.seeds is None else f"; asserted over {self.seeds} seeds")
+        if self.seeds is None:
+            return self.tolerance
+        return self.tolerance + f"; {'asserted' if self.asserted else 'measured'} over {self.seeds} seeds"
 
 
 def paper_claim(
@@ -194,6 +196,49 @@ def learned_check(
         f"< {fraction:g} for every model{' and seed' * many}; worst {fmt(worst, 3)}",
         bool(worst < fraction and np.all(np.isfinite(np.concatenate(list(ratios.values()))))),
     )
+
+
+def _margin_value(margin: str) -> float:
+    """The number a margin starts with ("+12.0 %", "-3.1 %", "1.52× inside …"); +inf where it has none."""
+    import re
+
+    found = re.match(r"\s*([+-]?\d+(?:\.\d*)?)", margin)
+    return float(found.group(1)) if found else float("inf")
+
+
+def over_seeds(per_seed: list[list[Check]]) -> list[Check]:
+    """The checks of one figure computed for each seed of a run (``per_seed[s]``: the same rows, seed ``s``'s numbers;
+    seed 0 first) as one row per claim, asserted over the seeds: it passes where every seed passes, its margin is the
+    smallest seed's, its simulated value is seed 0's with the seeds that failed and their values. A reported row
+    (no verdict) shows seed 0's value. One seed: the checks unchanged."""
+    if len(per_seed) == 1:
+        return per_seed[0]
+    n = len(per_seed)
+    if len({len(rows) for rows in per_seed}) != 1:
+        raise ValueError("every seed must give the same checks.")
+    merged = []
+    for rows in zip(*per_seed):
+        first = rows[0]
+        if first.passed is None:
+            merged.append(dataclasses.replace(first, simulated=f"{first.simulated} (seed 0 of {n})"))
+            continue
+        failed = [(s, r) for s, r in enumerate(rows) if not r.passed]
+        shown = f"{first.simulated} (seed 0)"
+        if failed:
+            shown += "; fails for " + "; ".join(f"seed {s}: {r.simulated}" for s, r in failed)
+        else:
+            shown += f"; holds for all {n} seeds"
+        margins = [r.margin for r in rows if r.margin]
+        merged.append(
+            dataclasses.replace(
+                first,
+                simulated=shown,
+                passed=not failed,
+                seeds=n,
+                margin=min(margins, key=_margin_value) if margins else "",
+            )
+        )
+    return merged
 
 
 def relative_margin(value, threshold, below: bool = True) -> str:

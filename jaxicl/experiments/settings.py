@@ -1,7 +1,8 @@
 """A reproduction's settings, changed from the command line or a file: ``jaxicl reproduce NAME --set kappas=[2,16,64]
 --config FILE.toml``, and ``jaxicl config NAME`` to print them.
 
-Every paper's module has a frozen ``Config`` dataclass and ``SIZES = {"quick": Config(...), "full": Config(...)}``.
+Every paper's module has a frozen ``Config`` dataclass and ``SIZES = {"quick": Config(...), "trained": Config(...),
+"full": Config(...)}`` (`SIZE_NAMES`).
 An override names a field (``d``, ``kappas``; a nested config's field with a dot: ``gpt2.steps``) and gives a TOML
 value (``20``, ``[2, 16, 64]``, ``"bfloat16"``). It is checked before any work, against the type of the field's value
 at that size:
@@ -48,13 +49,24 @@ class Consistent:
         return {}
 
 
+# A reproduction's sizes, smallest first: `quick`, minutes on a 2-core CPU, where a claim about trained models that
+# needs a longer training is shown with its margin, not asserted; `trained`, the smallest training at which each
+# trained claim held for three seeds when it was measured (``jaxicl sweep --stage`` over the steps and the seed),
+# where those claims are asserted over three seeds computed in the run; `full`, the papers' own sizes.
+SIZE_NAMES = ("quick", "trained", "full")
+
+
 class Sized(Consistent):
-    """Base of a paper's ``Config``: ``Config.quick()`` and ``Config.full()`` are its module's ``SIZES``; change any
-    setting with ``dataclasses.replace``."""
+    """Base of a paper's ``Config``: ``Config.quick()``, ``Config.trained()`` and ``Config.full()`` are its module's
+    ``SIZES`` (`SIZE_NAMES`); change any setting with ``dataclasses.replace``."""
 
     @classmethod
     def quick(cls):
         return sys.modules[cls.__module__].SIZES["quick"]
+
+    @classmethod
+    def trained(cls):
+        return sys.modules[cls.__module__].SIZES["trained"]
 
     @classmethod
     def full(cls):

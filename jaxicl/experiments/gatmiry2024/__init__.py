@@ -32,6 +32,7 @@ from ..report import (
     fmt,
     lap_timer,
     learned_check,
+    over_seeds,
     paper_claim,
     relative_margin,
     save_dataset,
@@ -239,7 +240,7 @@ def fig1_gaussian_x_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
     at which each trained claim holds for every seed."""
     with jax.enable_x64(False):
         ds = fig1_sweep(cfg, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 3))
-    return _fig1_checks(ds, cfg), ds
+    return _for_each_seed(_fig1_checks, ds, cfg), ds
 
 
 def fig2_gaussian_x_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
@@ -247,7 +248,7 @@ def fig2_gaussian_x_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
     trains them: their checks and losses."""
     with jax.enable_x64(False):
         ds = fig2_sweep(cfg, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 4))
-    return _fig2_checks(ds, cfg), ds
+    return _for_each_seed(_fig2_checks, ds, cfg), ds
 
 
 SWEEPABLE = {
@@ -301,8 +302,8 @@ def run(
         lap("Fig. 1 (Gaussian X) sweep")
         ds2 = fig2_sweep(cfg, jax.random.fold_in(key, 4), progress)
         lap("Fig. 2 (Gaussian X) sweep")
-    checks += _fig1_checks(ds1, cfg)
-    checks += _fig2_checks(ds2, cfg)
+    checks += _for_each_seed(_fig1_checks, ds1, cfg)
+    checks += _for_each_seed(_fig2_checks, ds2, cfg)
     save(ds1, "fig1_gaussian_x.nc")
     save(ds2, "fig2_gaussian_x.nc")
 
@@ -429,15 +430,37 @@ def _fixed_gram_checks(ds_fg: xr.Dataset, theory: xr.Dataset) -> list[Check]:
     ]
 
 
-def trained_as_paper(cfg: Config) -> bool:
-    """Whether Figs. 1-2's Gaussian-X models train as long as ``--full`` (2,000 Adam steps): only then are the
-    claims that need converged training asserted; a shorter run shows them "not reproduced" where they fail."""
-    return cfg.steps >= SIZES["full"].steps
+def trained_enough(cfg: Config) -> bool:
+    """Whether Fig. 1's Gaussian-X models train at least as long as at ``--trained`` (2,000 Adam steps), over at
+    least its three seeds: the smallest training at which each of Fig. 1's trained claims held for each of three seeds
+    (``jaxicl sweep --stage gatmiry2024:fig1_gaussian_x``, docs/reports/trained-size). Only there are those claims
+    asserted, for every seed; a shorter run shows them "not reproduced" where they fail, with their margin."""
+    t = SIZES["trained"]
+    return cfg.steps >= t.steps and cfg.seeds >= t.seeds
 
 
-def _shorter_training(cfg: Config) -> str:
-    """Why a claim that needs converged training is not asserted at ``cfg``'s size."""
-    return f"{cfg.steps} Adam steps (--full: {SIZES['full'].steps})"
+def fig2_trained_enough(cfg: Config) -> bool:
+    """Whether Fig. 2's models train as at ``--full`` (2,000 Adam steps of 256 prompts, three seeds): at
+    ``--trained`` the looped and the multilayer model's degradations differ by about 1 % either way, inside the
+    Monte-Carlo error of the test loss, and the comparison held for two of three seeds (docs/reports/trained-size)."""
+    f = SIZES["full"]
+    return cfg.steps >= f.steps and cfg.batch >= f.batch and cfg.seeds >= f.seeds
+
+
+def _shorter_training(cfg: Config, at: str = "trained") -> str:
+    """Why a claim that needs a longer training is not asserted at ``cfg``'s size."""
+    t = SIZES[at]
+    return (
+        f"{cfg.steps} Adam steps of {cfg.batch} prompts, {cfg.seeds} seeds (--{at}: {t.steps} of {t.batch}, {t.seeds})"
+    )
+
+
+def _for_each_seed(checks_of, ds: xr.Dataset, cfg: Config) -> list[Check]:
+    """``checks_of(ds, cfg)`` for each seed of ``ds`` apart (`over_seeds`) where the trained claims are asserted
+    (`trained_enough`); elsewhere once, on the mean over the seeds."""
+    if not trained_enough(cfg):
+        return checks_of(ds, cfg)
+    return over_seeds([checks_of(ds.isel(seed=[s]), cfg) for s in range(ds.sizes["seed"])])
 
 
 # A Gaussian-X model has learned when its test loss is below this fraction of the zero estimator's, E y² = d (w* ~
@@ -474,7 +497,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             f"(multilayer), {fmt(loop[:, i1], 3)} (looped)",
             "ratio < 0.5",
             bool(np.all(multi[:, i1] < 0.5 * multi[:, i0]) and np.all(loop[:, i1] < 0.5 * loop[:, i0])),
-            trained_as_paper(cfg),
+            trained_enough(cfg),
             few.get("reason")
             or _shorter_training(cfg)
             + "; at this length the looped model's heavy-tailed Gaussian-X loss "
@@ -482,7 +505,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             applies=not few,
             margin=relative_margin(max(np.max(multi[:, i1] / multi[:, i0]), np.max(loop[:, i1] / loop[:, i0])), 0.5)
             + " (worst ratio against 0.5)",
-            asserted_at="--full",
+            asserted_at="--trained",
         )
     )
     by_kappa = np.argsort(cfg.kappas)
@@ -518,11 +541,11 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             f"smallest ratio between successive κ {fmt(worst, 3)}",
             "strict, every L and architecture",
             bool(worst > 1),
-            trained_as_paper(cfg),
+            trained_enough(cfg),
             premise_deep.get("reason") or _shorter_training(cfg),
             applies=not premise_deep,
             margin=relative_margin(worst, 1.0, below=False) + " (smallest successive-κ ratio against 1)",
-            asserted_at="--full",
+            asserted_at="--trained",
         )
     )
     checks.append(
@@ -555,10 +578,10 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             f"looped/multilayer {fmt(ratio.min(), 3)}–{fmt(ratio.max(), 3)}",
             "within a factor 2",
             bool(np.all((ratio >= 0.5) & (ratio <= 2.0))),
-            trained_as_paper(cfg),
+            trained_enough(cfg),
             _shorter_training(cfg),
             margin=f"{min(ratio.min() / 0.5, 2.0 / ratio.max()):.3g}× inside the factor 2",
-            asserted_at="--full",
+            asserted_at="--trained",
         )
     )
     curve = ds.curve.mean("seed").values
@@ -589,8 +612,8 @@ def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             f"{[int(k) for k in ds.k.values]} (mean over {ds.seed.size} seeds)",
             "every k",
             bool(np.all(g_l <= g_m)),
-            trained_as_paper(cfg),
-            _shorter_training(cfg),
+            fig2_trained_enough(cfg),
+            _shorter_training(cfg, "full"),
             margin=relative_margin(np.max(g_l / g_m), 1.0) + " (worst looped ÷ multilayer)",
             asserted_at="--full",
         ),
