@@ -121,6 +121,32 @@ def test_a_claim_that_is_not_asserted_must_say_why():
 
 def test_seeds_are_stated_in_the_tolerance_column():
     assert Check("x", "", "", "strict", True, seeds=3).tolerance_cell == "strict; asserted over 3 seeds"
+    shown = Check("x", "", "", "strict", True, asserted=False, reason="short", seeds=3).tolerance_cell
+    assert shown == "strict; measured over 3 seeds"
+
+
+def test_checks_over_seeds_pass_only_where_every_seed_passes():
+    def rows(value, holds, margin="+0.5 %"):
+        return [
+            report.paper_claim("order", "a < b", f"a {value}", "strict", holds, False, "short", margin=margin,
+                               asserted_at="--trained"),
+            Check("learned", "< 0.8", f"{value / 10}", "0.8", value < 8),
+            Check("line from theory", "1", "1.0", "rel 1e-6", True),
+            Check("loss table", "—", f"{value}", "—", None),
+        ]  # fmt: skip
+
+    merged = report.over_seeds([rows(1, True, "+5.0 %"), rows(2, False, "-3.0 %"), rows(3, True, "+1.0 %")])
+    order, learned, line, table = merged
+    assert order.verdict == "not reproduced" and order.seeds == 3 and order.margin == "-3.0 %"
+    assert order.simulated == "a 1 (seed 0); fails for seed 1: a 2"
+    assert learned.verdict == "pass" and learned.simulated == "0.1 (seed 0); holds for all 3 seeds"
+    assert line == rows(9, True)[2] and line.seeds is None  # the same for every seed: kept as it is
+    assert table.verdict == "reported" and table.simulated == "1 (seed 0 of 3)"
+    failing_first = report.over_seeds([rows(9, True), rows(1, True)])
+    assert failing_first[1].verdict == "FAIL" and failing_first[1].simulated == "0.9 (seed 0); fails for seed 0"
+    assert report.over_seeds([rows(1, True)]) == rows(1, True)  # one seed: unchanged
+    with pytest.raises(ValueError, match="same checks"):
+        report.over_seeds([rows(1, True), rows(1, True)[:2]])
 
 
 def test_a_partial_run_asserts_nothing_but_keeps_its_verdicts():
@@ -177,9 +203,9 @@ def _algoformer_data(
     if plateau:  # a model left on the loss's initial plateau: the zero estimator's error at every loop
         err[1] = 1.0
     ds3 = xr.Dataset(
-        {"error": (("setting", "loops"), err)},
+        {"error": (("setting", "loops"), err), "zero_estimator": 1.0},
         coords={"setting": settings, "T": ("setting", T), "loops": loops},
-        attrs={"status": "complete", "zero_estimator": 1.0},
+        attrs={"status": "complete"},
     )
     its = np.arange(1, 41)
     gd = np.stack([0.9**its + s for s in (0.0, 0.1, 1.0)])
@@ -244,6 +270,21 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         "GD converges more slowly than Newton",
     )
     m.covered()
+    # --trained: Fig. 2's orderings asserted (over three seeds), Figs. 3 and 5's not yet
+    trained = A.SIZES["trained"]
+    assert A.trained_enough(trained) and not A.trained_enough(dataclasses.replace(trained, seeds=1))
+    assert_verdict(A._checks(trained, *_algoformer_data(swap=True)), "AlgoFormer below the standard", "FAIL")
+    assert_verdict(A._checks(trained, *_algoformer_data(ratios=(2.0, 0.5, 1.0))), "larger ΔT", "not reproduced")
+    # the datasets of several seeds (`run_parts`' seed dimension): each seed checked apart
+    seeded = [
+        xr.concat([a, b, a], "seed").assign_coords(seed=[0, 1, 2])
+        for a, b in zip(_algoformer_data(), _algoformer_data(swap=True))
+    ]
+    per_seed = A._checks(trained, *seeded)
+    assert_verdict(per_seed, "(regression): AlgoFormer below the standard", "FAIL")
+    row = next(c for c in per_seed if "(regression): AlgoFormer below the standard" in c.claim)
+    assert row.seeds == 3 and "fails for seed 1:" in row.simulated and "seed 2:" not in row.simulated
+    assert_verdict(per_seed, "Fig. 2 (regression): every trained model learned", "pass")
 
 
 # --- Gatmiry et al. ----------------------------------------------------------------------------------------------
@@ -826,7 +867,7 @@ def test_yang_transformer_checks(monkeypatch):
             attrs={"L_star": 0.05, "steps_trained": [tc.steps] * len(H)},
         )
 
-    full = dataclasses.replace(tc, steps=E.SIZES["full"].transformer.steps)
+    full = dataclasses.replace(tc, steps=E.SIZES["full"].transformer.steps, seeds=3)
     good = E._transformer_checks(ds(), tc)
     assert_all_asserted_pass(good, 5)
     assert_verdict(good, "best H at a fixed budget is small", "pass")
@@ -840,8 +881,16 @@ def test_yang_transformer_checks(monkeypatch):
     )
     big = ds(best=int(H[-1]))  # the most heads learn fastest: the paper's observation contradicted
     assert_verdict(E._transformer_checks(big, tc), "best H at a fixed budget is small", "not reproduced")
-    assert full.steps > tc.steps  # (the same rows at --full are asserted: trained_as_paper)
-    assert E.trained_as_paper(full) and not E.trained_as_paper(tc)
+    assert full.steps > tc.steps  # (the same rows at --full are asserted: trained_enough)
+    assert E.trained_enough(full) and not E.trained_enough(tc)
+    assert not E.trained_enough(dataclasses.replace(full, seeds=1))  # and over three seeds
+    # several seeds (`train_transformers`' seed dimension): each checked apart, one untrained seed FAILs the rows
+    seeded = xr.concat([ds(), ds(trained=False), ds()], "seed").assign_coords(seed=[0, 1, 2])
+    per_seed = E._transformer_checks(seeded, tc)
+    assert_verdict(per_seed, "approaches L⋆", "FAIL")
+    row = next(c for c in per_seed if "approaches L⋆" in c.claim)
+    assert row.seeds == 3 and "fails for seed 1:" in row.simulated
+    assert_all_asserted_pass(E._transformer_checks(xr.concat([ds()] * 3, "seed"), tc), 5)
     swapped = ds()
     swapped["inference"] = swapped.inference[..., ::-1].assign_coords(test_set=["in_domain", "ood"])
     m.fails(E._transformer_checks(swapped, tc), "out-of-domain inference loss above in-domain")
@@ -1038,12 +1087,17 @@ def test_zhang_fig1_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
     assert_all_asserted_pass(good, 4)
     assert all(c.seeds == 3 for c in good if c.claim.startswith("Fig. 1:"))
     assert_verdict(good, "beats trained on identity", "pass")
-    full = dataclasses.replace(g, steps=Z.SIZES["full"].gpt2.steps)
+    full = dataclasses.replace(g, steps=Z.SIZES["trained"].gpt2.steps, seeds=Z.SIZES["trained"].gpt2.seeds)
+    assert Z.trained_enough(full) and not Z.trained_enough(dataclasses.replace(full, seeds=1))
     m = Mutations(Z.fig1_checks(fig1(), lsa, full))
     m.fails(Z.fig1_checks(fig1(untrained=True), lsa, g), "learns in context", "beats the LSA limit")
     m.fails(Z.fig1_checks(fig1(spike=False), lsa, g), "error spikes")
     assert_verdict(Z.fig1_checks(fig1(random_better=False), lsa, g), "beats trained on identity", "not reproduced")
-    m.fails(Z.fig1_checks(fig1(random_better=False), lsa, full), "beats trained on identity")  # asserted at 500k steps
+    m.fails(Z.fig1_checks(fig1(random_better=False), lsa, full), "beats trained on identity")  # asserted at --trained
+    # a seed dimension (`fig1`'s): every seed checked apart; the ordering failing for one seed FAILs the row
+    seeded = xr.concat([fig1(), fig1(random_better=False), fig1()], "seed").assign_coords(seed=[0, 1, 2])
+    assert_verdict(Z.fig1_checks(seeded, lsa, full), "beats trained on identity", "FAIL")
+    assert_verdict(Z.fig1_checks(seeded, lsa, g), "beats trained on identity", "not reproduced")
     wrong_line = {k: (v[0] * 1.01, v[1]) for k, v in lsa.items()}  # the drawn line 1 % off the exact LSA loss
     m.fails(Z.fig1_checks(fig1(), wrong_line, g), "Fig. 1 LSA line")
     m.covered()

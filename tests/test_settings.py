@@ -73,7 +73,7 @@ def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys
 
 
 @pytest.mark.parametrize("name", available())
-@pytest.mark.parametrize("size", ["quick", "full"])
+@pytest.mark.parametrize("size", settings.SIZE_NAMES)
 def test_jaxicl_config_round_trips_through_config(name, size, tmp_path, capsys):
     """`jaxicl config NAME` prints every setting as TOML; read back with --config's reader and applied, it gives
     the size's settings exactly."""
@@ -321,3 +321,16 @@ def test_the_memory_check_passes_the_quick_size_and_grows_with_the_sizes(paper):
 
     settings.check_memory(module.SIZES["quick"])
     assert largest(module.SIZES["quick"]) < 2**28 < largest(module.SIZES["full"])
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_paper_has_the_three_sizes_and_trains_at_least_as_long_from_one_to_the_next(name):
+    """quick ≤ trained ≤ full in every training length and seed count: a claim asserted from --trained is asserted
+    at --full too."""
+    module = _modules([name])[name]
+    assert tuple(module.SIZES) == settings.SIZE_NAMES
+    flat = {size: settings.flat(module.SIZES[size]) for size in settings.SIZE_NAMES}
+    longer = [k for k, v in flat["quick"].items() if k.rsplit(".", 1)[-1] in ("steps", "seeds") and v is not None]
+    for key in longer:
+        q, t, f = (flat[size][key] for size in settings.SIZE_NAMES)
+        assert q <= t <= f, (key, q, t, f)

@@ -1,5 +1,6 @@
 """Softmax transformers (standard, looped, AlgoFormer), sequence tasks, baselines and the training loop."""
 
+import dataclasses
 import importlib
 import os
 import subprocess
@@ -628,7 +629,7 @@ def test_zhang_fig1_pipeline_reference_curves(tmp_path):
     )
     with jax.enable_x64(False):
         ds = Z.fig1(g, KEY, tmp_path)
-    assert ds.error.shape == (2, 2, 4, 9) and np.all(np.isfinite(ds.error))
+    assert ds.error.shape == (1, 2, 2, 4, 9) and np.all(np.isfinite(ds.error))
     assert float(np.abs(ds.ols.sel(M=slice(g.d, None))).max()) < 1e-6
     d, P = g.d, g.test_prompts
     c = np.array([1.0, *g.cs])[:, None]
@@ -685,23 +686,26 @@ def test_yang_transformer_pipeline_and_compute_budget(tmp_path):
     steps = Yx.budget_steps(tc, (1, 2, 8))
     assert steps == {h: int(60 * flops[1] // flops[h]) for h in (1, 2, 8)} and steps[1] == 60 > steps[8]
     with jax.enable_x64(False):
-        ds = Yx.train_transformers(tc, KEY, tmp_path)
+        seeded = Yx.train_transformers(tc, KEY, tmp_path)
+    assert seeded.seed.values.tolist() == [0]  # one seed (tc.seeds): a seed dimension of one
+    ds = seeded.sel(seed=0)
     assert ds.loss.shape == (3, 60) and ds.inference.shape == (3, 3, 2) and ds.eval_step.values.tolist() == [0, 30, 60]
-    assert ds.attrs["steps_trained"] == [60, 60, steps[8]]  # H = 2 is Fig. 2(b)'s: every step
+    assert ds.steps_trained.values.tolist() == [60, 60, steps[8]]  # H = 2 is Fig. 2(b)'s: every step
     assert np.all(np.isfinite(ds.loss.values[2, : steps[8]])) and np.all(np.isnan(ds.loss.values[2, steps[8] :]))
     budget, n, loss, inf = Yx.at_budget(ds, tc)
     assert budget == 60 * flops[1] and n.tolist() == [60, steps[2], steps[8]]
     np.testing.assert_allclose(loss, [ds.loss.values[i, k - 2 : k].mean() for i, k in enumerate(n)])
     np.testing.assert_array_equal(inf[0], ds.inference.values[0, 2])
     checks = Yx._transformer_checks(ds, tc)
+    assert [c.simulated for c in Yx._transformer_checks(seeded, tc)] == [c.simulated for c in checks]
     assert len(checks) == 7 and checks[-1].verdict == "reported" and "ms/step" in checks[-1].simulated
     # the budget, and so every verdict, does not depend on the measured step times
     slow = ds.assign(step_seconds=("heads", [1.0, 50.0, 900.0]))
     assert [c.passed for c in Yx._transformer_checks(slow, tc)] == [c.passed for c in checks]
     # a figure drawn from runs shorter than the moving average's window (a --plan, an early --budget slice): every H
     # with the steps it has, none with a window longer than its curve
-    short = ds.assign(loss=ds.loss.where(ds.step <= 3)).assign_attrs(
-        steps_trained=[3, 3, 3], status="partial, step 3 of 60"
+    short = ds.assign(loss=ds.loss.where(ds.step <= 3), steps_trained=("heads", [3, 3, 3])).assign_attrs(
+        status="partial, step 3 of 60"
     )
     wide = dataclasses.replace(tc, smooth=40)
     assert Path(Yx._transformer_figure(tmp_path, short, wide)).name == "fig2b_fig5_transformer.png"
@@ -812,7 +816,7 @@ def test_zhang_fig1_trains_the_covariances_of_one_n_as_an_ensemble_equal_to_trai
     )
     key = jax.random.PRNGKey(0)
     ds = Z.fig1(g, key, tmp_path)
-    assert ds.error.shape == (2, 1, 2, 7) and np.all(np.isfinite(ds.error.values))
+    assert ds.error.shape == (1, 2, 1, 2, 7) and np.all(np.isfinite(ds.error.values))
     ci, N, M_max = 1, 3, 6
     task = tasks.RepresentationRegression(g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d))
     alone = train(
@@ -842,7 +846,12 @@ def test_zhang_fig1_trains_the_covariances_of_one_n_as_an_ensemble_equal_to_trai
         )
         / g.d
     )
-    np.testing.assert_allclose(ds.error.sel(train_covariance="random", test="identity").values[0], e, rtol=1e-6)
+    np.testing.assert_allclose(ds.error.sel(seed=0, train_covariance="random", test="identity").values[0], e, rtol=1e-6)
+    # more seeds: more members of the same ensemble; seed 0's are the one-seed run's, the others train apart
+    three = Z.fig1(dataclasses.replace(g, seeds=3), key, tmp_path / "three")
+    assert three.error.shape == (3, 2, 1, 2, 7)
+    np.testing.assert_allclose(three.error.sel(seed=0).values, ds.error.sel(seed=0).values, rtol=1e-5)
+    assert not np.allclose(three.error.sel(seed=1).values, three.error.sel(seed=0).values, rtol=1e-3)
 
 
 def test_zhang_fig1_least_squares_references_in_float64_come_from_the_gram_form():

@@ -210,7 +210,8 @@ def over_seeds(per_seed: list[list[Check]]) -> list[Check]:
     """The checks of one figure computed for each seed of a run (``per_seed[s]``: the same rows, seed ``s``'s numbers;
     seed 0 first) as one row per claim, asserted over the seeds: it passes where every seed passes, its margin is the
     smallest seed's, its simulated value is seed 0's with the seeds that failed and their values. A reported row
-    (no verdict) shows seed 0's value. One seed: the checks unchanged."""
+    (no verdict) shows seed 0's value; a row the same for every seed (computed from theory alone) is kept as it is.
+    One seed: the checks unchanged."""
     if len(per_seed) == 1:
         return per_seed[0]
     n = len(per_seed)
@@ -219,13 +220,16 @@ def over_seeds(per_seed: list[list[Check]]) -> list[Check]:
     merged = []
     for rows in zip(*per_seed):
         first = rows[0]
+        if all(r.simulated == first.simulated and r.passed == first.passed for r in rows):
+            merged.append(first)  # the same for every seed (a line drawn from theory): no seed's
+            continue
         if first.passed is None:
             merged.append(dataclasses.replace(first, simulated=f"{first.simulated} (seed 0 of {n})"))
             continue
         failed = [(s, r) for s, r in enumerate(rows) if not r.passed]
         shown = f"{first.simulated} (seed 0)"
         if failed:
-            shown += "; fails for " + "; ".join(f"seed {s}: {r.simulated}" for s, r in failed)
+            shown += "; fails for " + "; ".join("seed 0" if s == 0 else f"seed {s}: {r.simulated}" for s, r in failed)
         else:
             shown += f"; holds for all {n} seeds"
         margins = [r.margin for r in rows if r.margin]

@@ -8,7 +8,7 @@ validated like ``--set`` before any work, on top of ``size`` and ``overrides``) 
 - every variable of the stage's datasets, with the grid's settings as new leading dimensions (points whose stage
   datasets have other sizes are padded with NaN);
 - ``verdict`` (grid × check): each check's verdict at each point ("pass", "FAIL", "not reproduced", "not
-  applicable", "report"), ``margin`` (grid × check) how far a claim not asserted at that point is from its
+  applicable", "reported"), ``margin`` (grid × check) how far a claim not asserted at that point is from its
   threshold (empty for the others), and ``check_claim`` (check) the claims as the first point words them, so that
   one can read where a theorem's premise stops holding, its prediction stops matching, or a trained claim starts
   to hold;
@@ -248,7 +248,7 @@ def verdict_table(ds: xr.Dataset) -> str:
         col = v.isel(check=j)
         values = col.values.ravel()
         counts = ", ".join(f"{n} {name}" for name, n in zip(*np.unique(values, return_counts=True)))
-        bad = [idx for idx in np.ndindex(col.shape) if col.values[idx] not in ("pass", "report")]
+        bad = [idx for idx in np.ndindex(col.shape) if col.values[idx] not in ("pass", "reported")]
         first = ", ".join(f"{g} = {ds[g].values[i]}" for g, i in zip(grid, bad[0])) if bad else "—"
         shown = [] if margins is None else [str(m) for m in margins.isel(check=j).values.ravel() if str(m)]
         lines.append(f"| {str(ds['check_claim'].values[j])[:90]} | {counts} | {first} | {', '.join(shown) or '—'} |")

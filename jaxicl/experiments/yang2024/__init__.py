@@ -53,7 +53,7 @@ from .transformer import (  # noqa: F401
     budget_steps,
     step_flops,
     train_transformers,
-    trained_as_paper,
+    trained_enough,
     transformer_task,
 )
 

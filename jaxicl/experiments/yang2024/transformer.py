@@ -17,7 +17,7 @@ from ... import losses, models, tasks
 from ...dynamics import train
 from ...runtime.budget import TimeBudget, next_deadline, plan
 from ...theory import yang as Y
-from ..report import Check, paper_claim, partial_status, save_paper_figure
+from ..report import Check, over_seeds, paper_claim, partial_status, save_paper_figure
 from .config import NAME, SIZES, TransformerConfig
 
 
@@ -60,7 +60,9 @@ def train_transformers(
     Fig. 2(b)'s H trains all ``tc.steps``; every other H trains the steps Fig. 5 reads, those it completes in the
     fixed compute budget (`budget_steps`): the paper trains each H for the same time, not the same steps, and
     a budget in operations makes that the same on every machine. Steps it did not train are NaN in ``loss``;
-    ``steps_trained`` says how many it did."""
+    ``steps_trained`` says how many it did. Every H is trained from each of ``tc.seeds`` seeds (its initialisation and
+    its training prompts; the task and the test sets are shared), along the dataset's ``seed`` dimension: seed 0's
+    runs are those of a one-seed run."""
     heads = sorted(set(tc.fig5_heads) | {tc.heads})
     n_steps = budget_steps(tc, heads) | {tc.heads: tc.steps}
     with jax.enable_x64(True):
@@ -81,62 +83,82 @@ def train_transformers(
     def loss(m, k, s):
         return 0.5 * losses.sequence_loss(m, tasks.template_encoding(task.sample(k, tc.batch)))
 
-    curves, evals, seconds, runs = [], [], [], []
-    plan(budget, len(heads))
-    for i, H in enumerate(heads):
-        model = models.StandardTransformer(
-            jax.random.fold_in(key, 10 + i),
-            tc.d + 1,
-            1,
+    eval_steps = np.array(sorted(set(range(0, tc.steps + 1, tc.chunk)) | {tc.steps}))
+
+    def one_seed(seed: int) -> tuple[xr.Dataset, list]:  # every H from this seed (seed 0: a one-seed run's keys)
+        def keyed(i):
+            k = jax.random.fold_in(key, i)
+            return k if seed == 0 else jax.random.fold_in(k, seed)
+
+        runs = []
+        for i, H in enumerate(heads):
+            model = models.StandardTransformer(
+                keyed(10 + i),
+                tc.d + 1,
+                1,
+                n_layers=tc.n_layers,
+                d_model=tc.d_model,
+                n_heads=H,
+                d_ff=tc.d_ff,
+                max_len=tc.K,
+            )
+            name = f"H={H}" + (f", seed {seed}" if seed else "")
+            if progress:
+                print(f"  training the {tc.n_layers}-layer transformer, {name}", flush=True)
+            runs.append(
+                train(
+                    loss,
+                    model,
+                    n_steps[H],
+                    keyed(100 + i),
+                    optimizer=optax.adam(tc.lr),
+                    chunk_size=tc.chunk,
+                    checkpoint=ckpt_dir
+                    / (f"transformer_H{H}.ckpt" if seed == 0 else f"transformer_H{H}_seed{seed}.ckpt"),
+                    eval_fn=lambda m: inference_losses(m, tests),
+                    eval_every=tc.chunk,
+                    progress=progress,
+                    label=name,
+                    deadline=next_deadline(budget),
+                    compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
+                    config={"run": name, **{k: str(v) for k, v in dataclasses.asdict(tc).items()}},
+                )
+            )
+        # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
+        curves = np.full((len(heads), tc.steps), np.nan)
+        evals = np.full((len(heads), len(eval_steps), len(tests)), np.nan)
+        for i, res in enumerate(runs):
+            curves[i, : len(res.losses)] = res.losses
+            at = np.searchsorted(eval_steps, res.eval_steps)
+            evals[i, at] = np.stack([res.evals[f"inference_{k}"] for k in tests], -1)
+        ds = xr.Dataset(
+            {
+                "loss": (("heads", "step"), curves),
+                "inference": (("heads", "eval_step", "test_set"), evals),
+                "step_seconds": ("heads", np.asarray([1 / r.steps_per_second for r in runs])),
+                "steps_trained": ("heads", np.asarray([int(r.step) for r in runs])),
+            },
+            coords={
+                "heads": heads,
+                "step": np.arange(1, tc.steps + 1),
+                "eval_step": eval_steps,
+                "test_set": list(tests),
+            },
+        )
+        return ds, runs
+
+    plan(budget, len(heads) * tc.seeds)
+    per_seed = [one_seed(seed) for seed in range(tc.seeds)]
+    return (
+        xr.concat([ds for ds, _ in per_seed], "seed")
+        .assign_coords(seed=np.arange(tc.seeds))
+        .assign_attrs(
+            L_star=L_star,
             n_layers=tc.n_layers,
             d_model=tc.d_model,
-            n_heads=H,
             d_ff=tc.d_ff,
-            max_len=tc.K,
+            status=partial_status([r for _, runs in per_seed for r in runs]) or "complete",
         )
-        if progress:
-            print(f"  training the {tc.n_layers}-layer transformer, H = {H}", flush=True)
-        res = train(
-            loss,
-            model,
-            n_steps[H],
-            jax.random.fold_in(key, 100 + i),
-            optimizer=optax.adam(tc.lr),
-            chunk_size=tc.chunk,
-            checkpoint=ckpt_dir / f"transformer_H{H}.ckpt",
-            eval_fn=lambda m: inference_losses(m, tests),
-            eval_every=tc.chunk,
-            progress=progress,
-            label=f"H={H}",
-            deadline=next_deadline(budget),
-            compute_dtype=tc.compute_dtype and jnp.dtype(tc.compute_dtype),
-            config={"run": f"H={H}", **{k: str(v) for k, v in dataclasses.asdict(tc).items()}},
-        )
-        runs.append(res)
-        seconds.append(1 / res.steps_per_second)
-    # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
-    eval_steps = np.array(sorted(set(range(0, tc.steps + 1, tc.chunk)) | {tc.steps}))
-    curves = np.full((len(heads), tc.steps), np.nan)
-    evals = np.full((len(heads), len(eval_steps), len(tests)), np.nan)
-    for i, res in enumerate(runs):
-        curves[i, : len(res.losses)] = res.losses
-        at = np.searchsorted(eval_steps, res.eval_steps)
-        evals[i, at] = np.stack([res.evals[f"inference_{k}"] for k in tests], -1)
-    return xr.Dataset(
-        {
-            "loss": (("heads", "step"), curves),
-            "inference": (("heads", "eval_step", "test_set"), evals),
-            "step_seconds": ("heads", np.asarray(seconds)),
-        },
-        coords={"heads": heads, "step": np.arange(1, tc.steps + 1), "eval_step": eval_steps, "test_set": list(tests)},
-        attrs={
-            "L_star": L_star,
-            "n_layers": tc.n_layers,
-            "d_model": tc.d_model,
-            "d_ff": tc.d_ff,
-            "status": partial_status(runs) or "complete",
-            "steps_trained": [int(r.step) for r in runs],
-        },
     )
 
 
@@ -145,7 +167,7 @@ def at_budget(ds: xr.Dataset, tc: TransformerConfig):
     completes in it, its training loss there (mean of the last ``tc.smooth`` steps) and its inference losses at the
     last evaluation before it. Returns (budget in operations, steps, losses, inference losses)."""
     H = ds.heads.values
-    trained = np.asarray(ds.attrs.get("steps_trained", [tc.steps] * len(H)))
+    trained = ds.steps_trained.values if "steps_trained" in ds else np.full(len(H), tc.steps)
     steps = budget_steps(tc, H)
     n = np.minimum(trained, [steps[int(h)] for h in H])
     loss = np.array([ds.loss.values[i, max(k - tc.smooth, 0) : k].mean() if k else np.nan for i, k in enumerate(n)])
@@ -154,13 +176,23 @@ def at_budget(ds: xr.Dataset, tc: TransformerConfig):
     return tc.steps * min(step_flops(tc, h) for h in H), n, loss, inf
 
 
-def trained_as_paper(tc: TransformerConfig) -> bool:
+def trained_enough(tc: TransformerConfig) -> bool:
     """Whether Figs. 2(b)/5's transformers train as long as ``--full``: only then is the paper's observation on
-    the best H asserted; a shorter run shows it "not reproduced" where it fails."""
-    return tc.steps >= SIZES["full"].transformer.steps
+    the best H asserted; a shorter run shows it "not reproduced" where it fails. (At ``--trained`` the transformers
+    train as at ``--quick``, over three seeds: Fig. 5's budget is 20,000 steps at ``--full``, hours on a CPU.)"""
+    f = SIZES["full"].transformer
+    return tc.steps >= f.steps and tc.seeds >= SIZES["trained"].transformer.seeds
 
 
 def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
+    """Figs. 2(b) and 5's checks of the transformers in ``ds`` (`train_transformers`'): for each seed apart, each
+    row passing where every seed passes (`over_seeds`)."""
+    if "seed" in ds.dims:
+        return over_seeds([_transformer_checks(ds.sel(seed=s), tc) for s in ds.seed.values])
+    return _checks_one_seed(ds, tc)
+
+
+def _checks_one_seed(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
     L_star = ds.attrs["L_star"]
     run = ds.sel(heads=tc.heads)
     first = float(run.loss.values[: tc.smooth].mean())
@@ -232,7 +264,7 @@ def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
             f"argmin H = {best}; steps in the budget {dict(zip(H.tolist(), n.tolist()))}",
             "argmin ≤ median",
             best <= np.median(H),
-            trained_as_paper(tc),
+            trained_enough(tc),
             f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})",
             margin=f"loss at the median H ÷ at H = 1: {float(loss[list(H).index(int(np.median(H)))] / loss[0]):.3g}",
             asserted_at="--full",
@@ -255,6 +287,8 @@ def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
 
 def _transformer_figure(out, ds: xr.Dataset, tc: TransformerConfig) -> str:
     import matplotlib
+
+    ds = ds.isel(seed=0) if "seed" in ds.dims else ds  # seed 0's runs (the others are checked, not drawn)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

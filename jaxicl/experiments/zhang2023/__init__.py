@@ -49,7 +49,7 @@ from .fig1 import (  # noqa: F401
     fig1_gpt2_stage,
     fig1_lsa_limits,
     fig1_test_priors,
-    trained_as_paper,
+    trained_enough,
 )
 
 

@@ -28,6 +28,7 @@ class GPT2Config(Consistent):
     cs: tuple = (1.0, 4.0, 9.0)
     test_prompts: int = 2048
     chunk: int = 250
+    seeds: int = 1  # independent trainings of every model (members of one ensemble); the trained claims need 3
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
 
     def contradictions(self) -> list[str]:
@@ -39,7 +40,9 @@ class GPT2Config(Consistent):
 
     def largest_arrays(self) -> dict[str, int]:
         tokens = 2 * max(self.Ns) + 1  # (x, y) pairs and the query
-        return transformer_arrays("Fig. 1's GPT-2", self.batch, tokens, self.d_model, self.n_layers, 4 * self.d_model)
+        return transformer_arrays(
+            "Fig. 1's GPT-2", self.batch * 2 * self.seeds, tokens, self.d_model, self.n_layers, 4 * self.d_model
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +101,8 @@ SETTINGS_DOCS = {
     "gpt2.d_model": "Fig. 1: transformer width",
     "gpt2.n_layers": "Fig. 1: pre-LN GPT-2 blocks",
     "gpt2.n_heads": "Fig. 1: attention heads",
-    "gpt2.steps": "Fig. 1: Adam steps per model (claims asserted at --full's count)",
+    "gpt2.steps": "Fig. 1: Adam steps per model (the covariances' ordering is asserted from --trained's count)",
+    "gpt2.seeds": "Fig. 1: independent trainings of every model, one ensemble (the ordering is asserted over 3)",
     "gpt2.batch": "Fig. 1: prompts per step",
     "gpt2.lr": "Fig. 1: Adam learning rate",
     "gpt2.cs": "Fig. 1: covariate scalings c of the test prompts",
@@ -109,6 +113,9 @@ SETTINGS_DOCS = {
 
 SIZES = {
     "quick": Config(),
+    # Fig. 1's GPT-2 models from three seeds, trained long enough that the two training covariances' ordering held for
+    # each (jaxicl sweep --stage zhang2023:fig1_gpt2 --trained --grid gpt2.steps=[...]: docs/reports/trained-size)
+    "trained": Config(gpt2=GPT2Config(steps=8000, seeds=3)),
     "full": Config(
         d=5,
         N=20,
@@ -136,6 +143,7 @@ SIZES = {
             test_prompts=4096,
             chunk=1000,
             compute_dtype="bfloat16",
+            seeds=3,
         ),
     ),
 }

@@ -1,0 +1,62 @@
+"""Reports kept in docs/reports/ say what the code showed when they ran: each is flagged here once its papers' code
+has changed since (run it again and keep the new one)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = sorted((ROOT / "docs" / "reports").glob("*/run.json"))
+
+
+def _git(*args) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _paper_code(paper: str) -> list[str]:
+    """A paper's own code: its module or package under jaxicl/experiments."""
+    base = ROOT / "jaxicl" / "experiments"
+    return [str(p.relative_to(ROOT)) for p in (base / f"{paper}.py", base / paper) if p.exists()]
+
+
+def _history() -> bool:
+    if shutil.which("git") is None:
+        return False
+    try:
+        return _git("rev-parse", "--is-shallow-repository") == "false"
+    except subprocess.CalledProcessError:
+        return False
+
+
+@pytest.mark.skipif(not _history(), reason="needs the repository's full git history")
+@pytest.mark.parametrize("run_file", REPORTS, ids=[p.parent.name for p in REPORTS])
+def test_a_kept_report_ran_at_or_after_the_last_change_to_its_papers_code(run_file):
+    run = json.loads(run_file.read_text())
+    assert (run_file.parent / "report.md").is_file()
+    commit = run["commit"]
+    _git("cat-file", "-e", f"{commit}^{{commit}}")  # a commit of this history
+    stale = []
+    for paper in run["papers"]:
+        paths = _paper_code(paper)
+        assert paths, f"{paper}: no code under jaxicl/experiments"
+        last = _git("log", "-1", "--format=%H", "--", *paths)
+        ancestor = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", last, commit]).returncode
+        if ancestor != 0:
+            stale.append(f"{paper} (changed at {last[:10]}, after the report's {commit[:10]})")
+    assert not stale, f"{run_file.parent.name} is older than its papers' code: {', '.join(stale)}; run it again"
+
+
+def test_the_flag_fires_for_a_report_older_than_its_paper(tmp_path, monkeypatch):
+    """The check above, against the first commit of the history: every paper's code changed after it."""
+    if not _history():
+        pytest.skip("needs the repository's full git history")
+    first = _git("rev-list", "--max-parents=0", "HEAD").splitlines()[0]
+    run = tmp_path / "old" / "run.json"
+    run.parent.mkdir()
+    run.write_text(json.dumps({"commit": first, "papers": ["gatmiry2024"]}))
+    (run.parent / "report.md").write_text("# old\n")
+    with pytest.raises(AssertionError, match="older than its papers' code: gatmiry2024"):
+        test_a_kept_report_ran_at_or_after_the_last_change_to_its_papers_code(run)
