@@ -790,6 +790,11 @@ def run(
             "batch 256, lr 1e-4, 100 s per H on its GPU). Fig. 5's fixed budget is counted in floating-point operations "
             "from each model's shape (the paper fixed 100 s of its GPU): every machine trains and reads each H at the same "
             "steps; the measured step times are reported beside it."
+            + (
+                f" Every H trained from {tc.seeds} seeds, each checked apart; the figure draws seed 0's."
+                if tc.seeds > 1
+                else ""
+            )
         )
 
     notes.append(

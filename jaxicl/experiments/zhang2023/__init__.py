@@ -637,6 +637,11 @@ def run(
                 f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
                 f"N ∈ {list(g.Ns)}; {g.test_prompts} test prompts per curve (paper: d = 20, 12 layers, width 256, "
                 "500k steps)."
+                + (
+                    f" Every model trained from {g.seeds} seeds, each checked apart; the figure draws seed 0's."
+                    if g.seeds > 1
+                    else ""
+                )
             )
         notes.append(
             f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {d}), training length N = {N}, "
