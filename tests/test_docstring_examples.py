@@ -19,6 +19,12 @@ ENTRY_POINTS = {
     "LinearTransformer": icl.models.LinearTransformer,
     "TemplateRegression": icl.tasks.TemplateRegression,
     "AlgoFormer": icl.models.AlgoFormer,
+    "StandardTransformer": icl.models.StandardTransformer,
+    "LoopedTransformer": icl.models.LoopedTransformer,
+    "RepresentationRegression": icl.tasks.RepresentationRegression,
+    "ARRepresentation": icl.tasks.ARRepresentation,
+    "CoTMLP": icl.tasks.CoTMLP,
+    "sequence_loss": icl.losses.sequence_loss,
 }
 
 

@@ -45,10 +45,32 @@ def _masked_mean(err, mask):
 
 
 def sequence_loss(model, prompts: SequencePrompt, loops=None, target: str = "targets") -> Float[Array, ""]:
-    """Mean over a batch of prompts (leading axis) of the masked mean squared error; ``loops = (T, ΔT)`` for
-    looped models (eq. 6), or directly the weights of loop counts 1…T_max (an array, e.g. ``loop_weights``
-    padded with zeros: runs with different (T, ΔT) then share one program); ``None`` for a standard
-    transformer."""
+    r"""The training loss of a softmax transformer on a batch of prompts: the mean over the batch of the masked mean
+    squared error $\lVert \hat y_j - y_j \rVert^2$ over the scored positions $j$; for a looped model, averaged over
+    the loop counts $t = \max(T - \Delta T, 1) \dots T$ (the AlgoFormer paper's eq. 6, with a mean over its terms).
+
+    Args:
+        model: a `StandardTransformer`, `LoopedTransformer` or `AlgoFormer`.
+        prompts: a `SequencePrompt` with a leading batch axis (a task's ``prompts(key, batch)``).
+        loops: ``(T, ΔT)`` for a looped model, or directly the weights of loop counts $1 \dots T_{max}$ (an array,
+            e.g. ``loop_weights`` padded with zeros: runs with different (T, ΔT) then share one program); None for a
+            standard transformer (anything else is refused).
+        target: ``"targets"`` (the noisy labels, trained on) or ``"clean"`` (the noise-free ones).
+
+    Returns:
+        A scalar: the loss, differentiable in the model's parameters.
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.RepresentationRegression(4, 8, noise_std=0.1)
+        algo = icl.models.AlgoFormer(key, 4, 1, heads=(4, 4, 4), d_model=32, max_len=16)
+        loss, grads = jax.value_and_grad(icl.losses.sequence_loss)(algo, task.prompts(key, 32), (6, 4))
+        ```
+    """
     if is_looped(model) != (loops is not None):
         raise ValueError(
             "pass loops=(T, ΔT) for a looped model / AlgoFormer and loops=None for a standard "

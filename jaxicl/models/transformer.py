@@ -293,7 +293,37 @@ class _Transformer(eqx.Module):
 
 
 class StandardTransformer(_Transformer):
-    """GPT-2 decoder with L layers: read_out(TF(read_in(tokens)))."""
+    r"""A GPT-2 decoder of ``n_layers`` pre-LayerNorm blocks: $\mathrm{read\_out}(\mathrm{TF}(\mathrm{read\_in}(e)))$,
+    with learned positions and causal softmax attention (Garg et al.; Zhang et al.'s Fig. 1; the AlgoFormer paper's
+    standard transformer).
+
+    Args:
+        key: PRNG key of the initialisation.
+        d_in: the tokens' dimension $w$.
+        d_out: the predictions' dimension.
+        n_layers: the number of blocks $L$.
+        d_model: the width.
+        n_heads: the attention heads of every block (``d_model`` must be divisible by it).
+        d_ff: the MLP's width (default 4·d_model).
+        max_len: the longest sequence (learned positions).
+        dtype: the parameters' dtype (default float32).
+
+    Calling it on tokens of shape (T, w) returns one prediction per position, (T, d_out); `jaxicl.losses` reads the
+    positions a task's encoding marks (``sequence_loss``, ``position_errors``).
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.RepresentationRegression(d=4, n_context=8, phi=None)
+        model = icl.models.StandardTransformer(key, 4, 1, n_layers=2, d_model=32, n_heads=4, max_len=16)
+        prompts = task.prompts(key, 32)  # Garg et al.'s encoding: (x, y) pairs as tokens
+        assert model(prompts.tokens[0]).shape == (16, 1)
+        loss = icl.losses.sequence_loss(model, prompts)  # mean squared error at the scored positions
+        ```
+    """
 
     layers: BlockStack
 
@@ -362,8 +392,40 @@ class _Looped(_Transformer):
 
 
 class LoopedTransformer(_Looped):
-    """One block stack applied b times with input injection: h_t = TF(h_{t−1} + e), h_0 = 0, output
-    read_out(h_b) (Yang et al. 2024; the AlgoFormer paper's vanilla looped transformer)."""
+    r"""One block stack applied $b$ times with the input injected at every loop: $h_t = \mathrm{TF}(h_{t-1} + e)$,
+    $h_0 = 0$, output $\mathrm{read\_out}(h_b)$ (Yang et al. 2024; the AlgoFormer paper's vanilla looped
+    transformer). The loop count is a call argument, a Python int or a traced integer: one compiled program reads
+    the model at any number of loops.
+
+    Args:
+        key: PRNG key of the initialisation.
+        d_in: the tokens' dimension.
+        d_out: the predictions' dimension.
+        n_layers: the blocks of the looped stack.
+        d_model: the width.
+        n_heads: the attention heads of every block.
+        d_ff: the MLP's width (default 4·d_model).
+        max_len: the longest sequence (learned positions).
+        dtype: the parameters' dtype (default float32).
+
+    ``model(tokens, n_loops)`` maps tokens (T, w) to predictions (T, d_out) after ``n_loops`` loops;
+    ``model.outputs_per_loop(tokens, max_loops)`` returns those after each of the first ``max_loops`` loops,
+    (max_loops, T, d_out), for the loop-averaged loss (the AlgoFormer paper's eq. 6).
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.RepresentationRegression(d=4, n_context=8, phi=None)
+        looped = icl.models.LoopedTransformer(key, 4, 1, n_layers=1, d_model=32, n_heads=4, max_len=16)
+        tokens = task.prompts(key, 1).tokens[0]
+        assert looped(tokens, 12).shape == (16, 1)  # any loop count, including more than trained
+        assert looped.outputs_per_loop(tokens, 5).shape == (5, 16, 1)
+        loss = icl.losses.sequence_loss(looped, task.prompts(key, 32), loops=(8, 6))  # loops 2…8, eq. (6)
+        ```
+    """
 
     loop: BlockStack
 

@@ -155,13 +155,38 @@ def _active(xs, d_active):
 
 
 class RepresentationRegression(_SequenceTask):
-    """y_i = A Φ*(x_i) + ε_i, x_i ~ N(0, Λ), A ~ N(0, I/k) ∈ R^{m×k}, ε ~ N(0, σ² I_m) (AlgoFormer §3.1, §5.1).
+    r"""Regression with a representation (AlgoFormer §3.1, §5.1): $y_i = A\,\Phi^*(x_i) + \varepsilon_i$ with
+    $x_i \sim N(0, \Lambda)$, $A \sim N(0, I/k) \in \mathbb{R}^{m \times k}$ drawn per prompt and
+    $\varepsilon_i \sim N(0, \sigma^2 I_m)$; $\Phi^*$ is fixed across prompts. ``phi=None`` is noisy linear
+    regression ($k = d$, $A \sim N(0, I)$, as in Garg et al. and Zhang et al.'s Fig. 1).
 
-    ``noise_std`` σ is an array leaf (``vmap`` over tasks of several σ). ``phi=None`` is noisy linear regression (k =
-    d, A ~ N(0, I) as in Garg et al. and Zhang et al.).
-    ``covariance``: a `CovariancePrior` for Λ (identity by default; Zhang et al.'s random diagonal
-    covariance for Fig. 1). Prompts of N = ``n_context`` examples in the ``encoding`` "garg" (predictions
-    at every prefix) or "stacked" (the last example is the query)."""
+    Args:
+        d: input dimension $d$.
+        n_context: examples per prompt $N$.
+        phi: the representation $\Phi^*: \mathbb{R}^d \to \mathbb{R}^k$ (a `LeakyReluMLP`), or None.
+        noise_std: $\sigma$, an array leaf (``vmap`` over tasks of several σ, as Fig. 5's ensemble does).
+        covariance: a `CovariancePrior` for $\Lambda$ (identity by default; Zhang et al.'s
+            ``RandomDiagonalCovariance`` for Fig. 1).
+        d_out: the labels' dimension $m$.
+        encoding: ``"garg"`` (tokens $x_1, (y_1, 0), x_2, \dots$: a prediction after every prefix, 2N tokens) or
+            ``"stacked"`` (tokens $(x_i, y_i)$, the last example the query, N tokens).
+
+    ``prompts(key, batch)`` returns a `SequencePrompt` with a leading batch axis: ``tokens`` (batch, T, w),
+    ``targets`` and ``clean`` (batch, T, m), ``mask`` (batch, T) of the scored positions.
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        phi = icl.tasks.LeakyReluMLP(key, [4, 16, 16, 4])  # Φ*: R⁴ → R⁴, drawn once
+        task = icl.tasks.RepresentationRegression(4, 8, phi, noise_std=0.1)
+        p = task.prompts(key, 32)
+        assert p.tokens.shape == (32, 16, 4) and p.targets.shape == (32, 16, 1)
+        assert p.mask[0].tolist() == [1.0, 0.0] * 8  # scored at the x tokens
+        ```
+    """
 
     d: int = eqx.field(static=True)
     n_context: int = eqx.field(static=True)
@@ -233,11 +258,34 @@ class RepresentationRegression(_SequenceTask):
 
 
 class ARRepresentation(_SequenceTask):
-    """x_{t+1} = A Φ*([x_{t+1−q}, …, x_t]) + ε_t, ε_t ~ N(0, σ² I) (AlgoFormer §3.2; q = 3, Φ*: R^{qd} → R^k).
+    r"""An autoregressive process with a representation (AlgoFormer §3.2):
+    $x_{t+1} = A\,\Phi^*([x_{t+1-q}, \dots, x_t]) + \varepsilon_t$, $\varepsilon_t \sim N(0, \sigma^2 I)$, with
+    $\Phi^*: \mathbb{R}^{qd} \to \mathbb{R}^k$ fixed and $A$ drawn per prompt.
 
-    A ~ N(0, ρ²/(qk) I) per prompt with ρ = ``gain`` < 1 keeps the series stationary in scale (the paper's
-    A ~ N(0, I) with a unit-scale Φ* grows geometrically). x_1…x_q ~ N(0, I) and windows before the
-    series starts are zero-padded. Position t predicts x_{t+1}; the first q positions are not scored."""
+    $A \sim N(0, \rho^2/(qk)\, I)$ with $\rho$ = ``gain`` < 1 keeps the series stationary in scale (the paper's
+    $A \sim N(0, I)$ with a unit-scale $\Phi^*$ grows geometrically). $x_1 \dots x_q \sim N(0, I)$, and windows
+    before the series starts are zero-padded. The tokens are $x_1 \dots x_{N-1}$ and position $t$ predicts
+    $x_{t+1}$; the first $q - 1$ positions, which predict the starting states $x_2 \dots x_q$, are not scored.
+
+    Args:
+        d: the series' dimension $d$.
+        q: the order $q$ (the window $\Phi^*$ reads).
+        n_context: the series' length $N$ (at least $q + 2$).
+        phi: $\Phi^*$, a `LeakyReluMLP` reading $q d$ inputs.
+        noise_std: $\sigma$.
+        gain: $\rho$.
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.ARRepresentation(3, 3, 16, icl.tasks.LeakyReluMLP(key, [9, 16, 16, 3]))
+        p = task.prompts(key, 8)
+        assert p.tokens.shape == (8, 15, 3) and p.mask[0, :3].tolist() == [0.0, 0.0, 1.0]
+        ```
+    """
 
     d: int = eqx.field(static=True)
     q: int = eqx.field(static=True)
@@ -286,10 +334,28 @@ class ARRepresentation(_SequenceTask):
 
 
 class CoTMLP(_SequenceTask):
-    """Chain-of-thought with MLPs (AlgoFormer §3.3, §5.1; Li et al. 2023): per prompt draw W¹…W^L ~
-    N(0, 2/(d(1 + slope²))) (He scale); each example is the chain x, s¹ = σ(W¹x), …, s^L = σ(W^L s^{L−1}),
-    x ~ N(0, I_d). The prompt concatenates N chains; every position predicts the next state of its chain
-    (the position of s^L, followed by a fresh x, is not scored)."""
+    r"""Chain-of-thought with MLPs (AlgoFormer §3.3, §5.1; Li et al. 2023): per prompt draw
+    $W^1 \dots W^L \sim N(0, 2/(d(1 + a^2)))$ (He scale, $a$ the leaky ReLU's slope); each example is the chain
+    $x, s^1 = \sigma(W^1 x), \dots, s^L = \sigma(W^L s^{L-1})$ with $x \sim N(0, I_d)$. The prompt concatenates
+    $N$ chains; every position predicts the next state of its chain (the position of $s^L$, followed by a fresh
+    $x$, is not scored).
+
+    Args:
+        d: the states' dimension $d$.
+        depth: the chain's length $L$.
+        n_context: the chains per prompt $N$.
+        slope: the leaky ReLU's slope $a$.
+
+    Example:
+        ```python
+        import jax
+        import jaxicl as icl
+
+        task = icl.tasks.CoTMLP(4, 3, 5)  # 5 chains x, s¹, s², s³ in R⁴: 20 states, the last not an input
+        p = task.prompts(jax.random.PRNGKey(0), 8)
+        assert p.tokens.shape == (8, 19, 4) and p.mask[0, :4].tolist() == [1.0, 1.0, 1.0, 0.0]
+        ```
+    """
 
     d: int = eqx.field(static=True)
     depth: int = eqx.field(static=True)
