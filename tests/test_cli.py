@@ -121,11 +121,13 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert "partial" not in (tmp_path / "report.md").read_text()
     assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 11
     assert xr.load_dataset(tmp_path / "algoformer" / "fig5.nc", engine="h5netcdf").sizes == {
+        "seed": 1,
         "setting": 1,
         "sigma": 3,
         "iteration": 20,
     }
-    assert xr.load_dataset(tmp_path / "algoformer" / "fig3.nc", engine="h5netcdf").sizes == {"setting": 2, "loops": 4}
+    fig3 = xr.load_dataset(tmp_path / "algoformer" / "fig3.nc", engine="h5netcdf")
+    assert fig3.sizes == {"seed": 1, "setting": 2, "loops": 4}
 
     # --jobs: each of its PARTS in a process of its own (started through a wrapper that gives them the toy size and
     # this test's float64), the paper assembled here from their datasets. Every model is trained: they evaluate from
