@@ -16,7 +16,16 @@ import pytest
 import xarray as xr
 
 from jaxicl.experiments import report
-from jaxicl.experiments.report import Check, count_verdicts, headline, mark_partial, mc_check, mc_power, paper_claim
+from jaxicl.experiments.report import (
+    Check,
+    count_verdicts,
+    fmt,
+    headline,
+    mark_partial,
+    mc_check,
+    mc_power,
+    paper_claim,
+)
 
 
 def verdicts(checks, part: str) -> list[str]:
@@ -147,6 +156,35 @@ def test_checks_over_seeds_pass_only_where_every_seed_passes():
     assert report.over_seeds([rows(1, True)]) == rows(1, True)  # one seed: unchanged
     with pytest.raises(ValueError, match="same checks"):
         report.over_seeds([rows(1, True), rows(1, True)[:2]])
+
+
+def test_checks_per_seed_splits_the_seed_dimension_of_every_dataset():
+    ds = xr.Dataset({"err": ("seed", [0.1, 0.9, 0.15])}, coords={"seed": [0, 1, 2]})
+    other = xr.Dataset({"err": ("seed", [0.3, 0.3, 0.3])}, coords={"seed": [0, 1, 2]})
+
+    def rows(a, absent, b):
+        assert absent is None and "seed" not in a.dims and "seed" not in b.dims
+        return [Check("learned", "< 0.5", fmt(float(a.err) + float(b.err)), "0.5", float(a.err) + float(b.err) < 0.5)]
+
+    (merged,) = report.checks_per_seed(rows, ds, None, other)
+    assert merged.verdict == "FAIL" and merged.simulated == "0.4 (seed 0); fails for seed 1: 1.2" and merged.seeds == 3
+    kept = report.checks_per_seed(lambda one: [Check("n", "1", str(one.sizes["seed"]), "", True)], ds, keep_dim=True)
+    assert kept[0].simulated == "1"  # each seed's dataset keeps a seed dimension of length 1
+    once = report.checks_per_seed(lambda one: [Check("n", "", str(dict(one.sizes)), "", True)], ds.isel(seed=0))
+    assert once[0].simulated == "{}"  # no seed dimension: checked once, as it is
+
+
+def test_trains_as_long_compares_every_setting_and_says_why():
+    from jaxicl.experiments.settings import trains_as_long
+
+    assert trains_as_long("trained", training_steps=(3000, 8000), seeds=(1, 3)) == (
+        False,
+        "3,000 training steps, 1 seed (--trained: 8,000, 3)",
+    )
+    assert trains_as_long("full", steps=(10, 10), batch=(64, 32), seeds=(3, 3))[0]
+    assert not trains_as_long("full", steps=(10, 10), batch=(64, 32), seeds=(2, 3))[0]  # one short is enough
+    with pytest.raises(ValueError, match="size must be one of"):
+        trains_as_long("huge", steps=(1, 1))
 
 
 def test_a_partial_run_asserts_nothing_but_keeps_its_verdicts():

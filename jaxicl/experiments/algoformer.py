@@ -43,19 +43,19 @@ from .report import (
     Check,
     PaperResult,
     PartResult,
+    checks_per_seed,
     fmt,
     lap_timer,
     learned_check,
     least_complete,
     mark_partial,
-    over_seeds,
     paper_claim,
     partial_status,
     relative_margin,
     save_dataset,
     save_paper_figure,
 )
-from .settings import Sized, transformer_arrays
+from .settings import Sized, trains_as_long, transformer_arrays
 
 NAME = "algoformer"
 TRANSFORMERS_ONLY = True  # every figure trains transformers: `jaxicl reproduce --skip-transformers` leaves it out
@@ -531,13 +531,9 @@ def trained_enough(cfg: Config) -> bool:
 
 def _trained_as(cfg: Config, at: str, fig5: bool = False) -> tuple[bool, str]:
     """Whether ``cfg``'s models (Fig. 5's with ``fig5``) train at least as long as at the size ``at``, over at least
-    its seeds; and the reason a claim asserted from there is not asserted at ``cfg``."""
-    t, steps = SIZES[at], (fig5_config(cfg).steps if fig5 else cfg.steps)
-    ref = fig5_config(t).steps if fig5 else t.steps
-    return (
-        steps >= ref and cfg.seeds >= t.seeds,
-        f"{steps:,} training steps, {cfg.seeds} seed(s) (--{at}: {ref:,}, {t.seeds})",
-    )
+    its seeds; and the reason a claim asserted from there is not asserted at ``cfg`` (`trains_as_long`)."""
+    mine, theirs = (fig5_config(cfg), fig5_config(SIZES[at])) if fig5 else (cfg, SIZES[at])
+    return trains_as_long(at, training_steps=(mine.steps, theirs.steps), seeds=(cfg.seeds, SIZES[at].seeds))
 
 
 def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
@@ -599,8 +595,7 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
     learns."""
     given = [ds for ds in (ds2, ds3, ds5) if ds is not None]
     if given and "seed" in given[0].dims:
-        one = lambda ds, s: None if ds is None else ds.sel(seed=s)  # noqa: E731
-        return over_seeds([_checks(cfg, one(ds2, s), one(ds3, s), one(ds5, s)) for s in given[0].seed.values])
+        return checks_per_seed(lambda *one: _checks(cfg, *one), ds2, ds3, ds5)
     checks = fig2_checks(cfg, ds2, [t for t in FIG2_TASKS if t in cfg.parts]) if ds2 is not None else []
     if ds3 is not None:
         T = ds3["T"].values

@@ -245,6 +245,22 @@ def over_seeds(per_seed: list[list[Check]]) -> list[Check]:
     return merged
 
 
+def checks_per_seed(checks_of, *datasets, keep_dim: bool = False) -> list[Check]:
+    """``checks_of(*datasets)`` for each seed of the datasets' ``seed`` dimension apart, one row per claim asserted
+    over the seeds (`over_seeds`); once, unchanged, where the first dataset given has no such dimension. A dataset may
+    be None (a part the run left out). ``keep_dim``: each seed's datasets keep a ``seed`` dimension of length 1 (for
+    ``checks_of`` that average over it)."""
+    given = [ds for ds in datasets if ds is not None]
+    if not given or "seed" not in given[0].dims:
+        return checks_of(*datasets)
+
+    def one(s):
+        pick = [s] if keep_dim else s
+        return [None if ds is None else ds.sel(seed=pick) for ds in datasets]
+
+    return over_seeds([checks_of(*one(s)) for s in given[0].seed.values])
+
+
 def relative_margin(value, threshold, below: bool = True) -> str:
     """How far ``value`` is on the claimed side of ``threshold``, relative to it: "+12 %" (``below``: the claim is
     value < threshold), negative where the claim fails."""

@@ -73,6 +73,24 @@ class Sized(Consistent):
         return sys.modules[cls.__module__].SIZES["full"]
 
 
+def trains_as_long(at: str, **training: tuple[int, int]) -> tuple[bool, str]:
+    """Whether a run trains at least as much as the size ``at`` in every respect, and, for the rows asserted only
+    from there, the reason they are not asserted at this run's size.
+
+    ``training``: what -> (this run's value, ``at``'s value); ``what`` is read with underscores as spaces
+    (``training_steps=(3000, 8000), seeds=(1, 3)`` gives ``(False, "3,000 training steps, 1 seed (--trained: 8,000,
+    3)")``)."""
+    if at not in SIZE_NAMES:
+        raise ValueError(f"size must be one of {SIZE_NAMES}, got {at!r}.")
+    enough = all(mine >= theirs for mine, theirs in training.values())
+    mine = ", ".join(
+        f"{v:,} {what.replace('_', ' ').removesuffix('s') if v == 1 else what.replace('_', ' ')}"
+        for what, (v, _) in training.items()
+    )
+    theirs = ", ".join(f"{v:,}" for _, v in training.values())
+    return enough, f"{mine} (--{at}: {theirs})"
+
+
 # text settings with a fixed set of values
 CHOICES = {"compute_dtype": ("bfloat16", "float32")}
 # integers are at most this (steps and sizes live in int32 arrays)

@@ -29,10 +29,10 @@ from ...theory import gatmiry as G
 from ..report import (
     Check,
     PaperResult,
+    checks_per_seed,
     fmt,
     lap_timer,
     learned_check,
-    over_seeds,
     paper_claim,
     relative_margin,
     save_dataset,
@@ -40,6 +40,7 @@ from ..report import (
 )
 
 # the reproduction's names live in this package's modules (settings, theorem checks) and are all reachable from here
+from ..settings import trains_as_long
 from .config import LBFGS_FTOL, NAME, SETTINGS_DOCS, SIZES, TITLE, Config  # noqa: F401
 from .theory_checks import (  # noqa: F401
     _depth_law_checks,
@@ -435,32 +436,31 @@ def trained_enough(cfg: Config) -> bool:
     least its three seeds: the smallest training at which each of Fig. 1's trained claims held for each of three seeds
     (``jaxicl sweep --stage gatmiry2024:fig1_gaussian_x``, docs/reports/trained-size). Only there are those claims
     asserted, for every seed; a shorter run shows them "not reproduced" where they fail, with their margin."""
-    t = SIZES["trained"]
-    return cfg.steps >= t.steps and cfg.seeds >= t.seeds
+    return _trained_as(cfg)[0]
 
 
 def fig2_trained_enough(cfg: Config) -> bool:
     """Whether Fig. 2's models train as at ``--full`` (2,000 Adam steps of 256 prompts, three seeds): at
     ``--trained`` the looped and the multilayer model's degradations differ by about 1 % either way, inside the
     Monte-Carlo error of the test loss, and the comparison held for two of three seeds (docs/reports/trained-size)."""
-    f = SIZES["full"]
-    return cfg.steps >= f.steps and cfg.batch >= f.batch and cfg.seeds >= f.seeds
+    return _trained_as(cfg, "full")[0]
 
 
-def _shorter_training(cfg: Config, at: str = "trained") -> str:
-    """Why a claim that needs a longer training is not asserted at ``cfg``'s size."""
+def _trained_as(cfg: Config, at: str = "trained") -> tuple[bool, str]:
+    """Whether ``cfg``'s models train at least as much as at the size ``at`` (steps, prompts per step, seeds), and the
+    reason a claim asserted from there is not asserted at ``cfg`` (`trains_as_long`)."""
     t = SIZES[at]
-    return (
-        f"{cfg.steps} Adam steps of {cfg.batch} prompts, {cfg.seeds} seeds (--{at}: {t.steps} of {t.batch}, {t.seeds})"
+    return trains_as_long(
+        at, Adam_steps=(cfg.steps, t.steps), prompts_per_step=(cfg.batch, t.batch), seeds=(cfg.seeds, t.seeds)
     )
 
 
 def _for_each_seed(checks_of, ds: xr.Dataset, cfg: Config) -> list[Check]:
-    """``checks_of(ds, cfg)`` for each seed of ``ds`` apart (`over_seeds`) where the trained claims are asserted
+    """``checks_of(ds, cfg)`` for each seed of ``ds`` apart (`checks_per_seed`) where the trained claims are asserted
     (`trained_enough`); elsewhere once, on the mean over the seeds."""
     if not trained_enough(cfg):
         return checks_of(ds, cfg)
-    return over_seeds([checks_of(ds.isel(seed=[s]), cfg) for s in range(ds.sizes["seed"])])
+    return checks_per_seed(lambda one: checks_of(one, cfg), ds, keep_dim=True)
 
 
 # A Gaussian-X model has learned when its test loss is below this fraction of the zero estimator's, E y² = d (w* ~
@@ -499,7 +499,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             bool(np.all(multi[:, i1] < 0.5 * multi[:, i0]) and np.all(loop[:, i1] < 0.5 * loop[:, i0])),
             trained_enough(cfg),
             few.get("reason")
-            or _shorter_training(cfg)
+            or _trained_as(cfg)[1]
             + "; at this length the looped model's heavy-tailed Gaussian-X loss "
             "at κ = 8 stays above half for some seeds",
             applies=not few,
@@ -542,7 +542,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             "strict, every L and architecture",
             bool(worst > 1),
             trained_enough(cfg),
-            premise_deep.get("reason") or _shorter_training(cfg),
+            premise_deep.get("reason") or _trained_as(cfg)[1],
             applies=not premise_deep,
             margin=relative_margin(worst, 1.0, below=False) + " (smallest successive-κ ratio against 1)",
             asserted_at="--trained",
@@ -579,7 +579,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             "within a factor 2",
             bool(np.all((ratio >= 0.5) & (ratio <= 2.0))),
             trained_enough(cfg),
-            _shorter_training(cfg),
+            _trained_as(cfg)[1],
             margin=f"{min(ratio.min() / 0.5, 2.0 / ratio.max()):.3g}× inside the factor 2",
             asserted_at="--trained",
         )
@@ -613,7 +613,7 @@ def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             "every k",
             bool(np.all(g_l <= g_m)),
             fig2_trained_enough(cfg),
-            _shorter_training(cfg, "full"),
+            _trained_as(cfg, "full")[1],
             margin=relative_margin(np.max(g_l / g_m), 1.0) + " (worst looped ÷ multilayer)",
             asserted_at="--full",
         ),

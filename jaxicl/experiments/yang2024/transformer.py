@@ -17,7 +17,8 @@ from ... import losses, models, tasks
 from ...dynamics import train
 from ...runtime.budget import TimeBudget, next_deadline, plan
 from ...theory import yang as Y
-from ..report import Check, over_seeds, paper_claim, partial_status, save_paper_figure
+from ..report import Check, checks_per_seed, paper_claim, partial_status, save_paper_figure
+from ..settings import trains_as_long
 from .config import NAME, SIZES, TransformerConfig
 
 
@@ -180,16 +181,19 @@ def trained_enough(tc: TransformerConfig) -> bool:
     """Whether Figs. 2(b)/5's transformers train as long as ``--full``: only then is the paper's observation on
     the best H asserted; a shorter run shows it "not reproduced" where it fails. (At ``--trained`` the transformers
     train as at ``--quick``, over three seeds: Fig. 5's budget is 20,000 steps at ``--full``, hours on a CPU.)"""
-    f = SIZES["full"].transformer
-    return tc.steps >= f.steps and tc.seeds >= SIZES["trained"].transformer.seeds
+    return _trained_as(tc)[0]
+
+
+def _trained_as(tc: TransformerConfig) -> tuple[bool, str]:
+    """`trained_enough`, and the reason the rows asserted at ``--full`` are not asserted at ``tc`` (`trains_as_long`)."""
+    full, trained = SIZES["full"].transformer, SIZES["trained"].transformer
+    return trains_as_long("full", training_steps=(tc.steps, full.steps), seeds=(tc.seeds, trained.seeds))
 
 
 def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
     """Figs. 2(b) and 5's checks of the transformers in ``ds`` (`train_transformers`'): for each seed apart, each
-    row passing where every seed passes (`over_seeds`)."""
-    if "seed" in ds.dims:
-        return over_seeds([_transformer_checks(ds.sel(seed=s), tc) for s in ds.seed.values])
-    return _checks_one_seed(ds, tc)
+    row passing where every seed passes (`checks_per_seed`)."""
+    return checks_per_seed(lambda one: _checks_one_seed(one, tc), ds)
 
 
 def _checks_one_seed(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
@@ -264,8 +268,7 @@ def _checks_one_seed(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
             f"argmin H = {best}; steps in the budget {dict(zip(H.tolist(), n.tolist()))}",
             "argmin ≤ median",
             best <= np.median(H),
-            trained_enough(tc),
-            f"{tc.steps} Adam steps (--full: {SIZES['full'].transformer.steps})",
+            *_trained_as(tc),
             margin=f"loss at the median H ÷ at H = 1: {float(loss[list(H).index(int(np.median(H)))] / loss[0]):.3g}",
             asserted_at="--full",
         )

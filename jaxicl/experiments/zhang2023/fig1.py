@@ -17,8 +17,8 @@ from ... import baselines, dynamics, losses, models, tasks
 from ...dynamics import Curriculum, train
 from ...runtime.budget import TimeBudget, next_deadline, plan
 from ...theory import zhang
-from ..report import Check, fmt, over_seeds, paper_claim, partial_status, relative_margin, save_paper_figure
-from ..settings import SettingsError
+from ..report import Check, checks_per_seed, fmt, paper_claim, partial_status, relative_margin, save_paper_figure
+from ..settings import SettingsError, trains_as_long
 from .config import NAME, SIZES, GPT2Config
 
 # --- Fig. 1: GPT-2 trained on fixed vs random covariance (§4.3, App. E) ------------------------------------
@@ -164,16 +164,19 @@ def trained_enough(g: GPT2Config) -> bool:
     """Whether Fig. 1's transformers train at least as long as at ``--trained``, over at least its three seeds: only
     there is the ordering of the two training covariances asserted (for every seed); a shorter run shows it "not
     reproduced" where it fails, with its margin."""
+    return _trained_as(g)[0]
+
+
+def _trained_as(g: GPT2Config) -> tuple[bool, str]:
+    """`trained_enough`, and the reason the rows asserted from ``--trained`` are not asserted at ``g``."""
     t = SIZES["trained"].gpt2
-    return g.steps >= t.steps and g.seeds >= t.seeds
+    return trains_as_long("trained", training_steps=(g.steps, t.steps), seeds=(g.seeds, t.seeds))
 
 
 def fig1_checks(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
     """Fig. 1's checks of the trained models in ``ds`` (`fig1`'s): for each of its seeds apart, each row passing where
-    every seed passes (`over_seeds`)."""
-    if "seed" in ds.dims:
-        return over_seeds([_fig1_checks_one_seed(ds.sel(seed=s), lsa, g) for s in ds.seed.values])
-    return _fig1_checks_one_seed(ds, lsa, g)
+    every seed passes (`checks_per_seed`)."""
+    return checks_per_seed(lambda one: _fig1_checks_one_seed(one, lsa, g), ds)
 
 
 def _fig1_checks_one_seed(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Check]:
@@ -228,8 +231,7 @@ def _fig1_checks_one_seed(ds: xr.Dataset, lsa: dict, g: GPT2Config) -> list[Chec
                 "strict",
                 e["random"] < e["fixed"],
                 trained_enough(g),
-                f"{g.steps:,} training steps, {g.seeds} seed(s) (--trained: {SIZES['trained'].gpt2.steps:,}, "
-                f"{SIZES['trained'].gpt2.seeds}); at 3,000 it holds for some seeds and not others",
+                _trained_as(g)[1] + "; at 3,000 it holds for some seeds and not others",
                 margin=relative_margin(e["random"], e["fixed"]),
                 asserted_at="--trained",
             )
