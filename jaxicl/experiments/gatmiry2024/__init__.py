@@ -621,12 +621,24 @@ def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
 
 
 def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8):
+    """The paper's figures, each from its datasets: Fig. 1 (depth), Fig. 2 (out of distribution), the constructions
+    with Lemma 1 and Thm 3, and Thms 6-8."""
     import matplotlib
 
     matplotlib.use("Agg")
+    return [
+        _fig1_figure(out, cfg, theory, ds_fg, ds1),
+        _fig2_figure(out, cfg, ds2),
+        _constructions_figure(out, cfg, ds_con, scaling, ds3),
+        _thm678_figure(out, ds67, ds8),
+    ]
+
+
+def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
+    """Fig. 1: the Gaussian-X test loss over depth, multilayer and looped, against the fixed-Gram optimum; the
+    fixed-Gram models trained by L-BFGS."""
     import matplotlib.pyplot as plt
 
-    paths = []
     colors = dict(zip(cfg.kappas, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
     for ax, arch, looped in ((axes[0], "multilayer (L layers)", 0), (axes[1], "looped (L loops)", 1)):
@@ -676,7 +688,12 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
         title="fixed Gram: optimum (lines), trained by L-BFGS (markers;\nfilled multilayer, open looped)",
     )
     axes[2].legend(fontsize=7)
-    paths.append(save_paper_figure(fig, out, NAME, "fig1_depth.png"))
+    return save_paper_figure(fig, out, NAME, "fig1_depth.png")
+
+
+def _fig2_figure(out, cfg, ds2) -> str:
+    """Fig. 2: the test loss over the window half-width w, for each number k of training scales."""
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(
         1, len(cfg.fig2_ks), figsize=(5 * len(cfg.fig2_ks), 3.8), layout="constrained", squeeze=False
@@ -710,7 +727,13 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
             title=f"Fig. 2: k = {k} training scales, L = {cfg.fig2_layers}",
         )
         ax.legend(fontsize=7)
-    paths.append(save_paper_figure(fig, out, NAME, "fig2_ood.png"))
+    return save_paper_figure(fig, out, NAME, "fig2_ood.png")
+
+
+def _constructions_figure(out, cfg, ds_con, scaling, ds3) -> str:
+    """The constructions (GD, Chebyshev, Newton: formulas and through the model), Lemma 1's scaling and Thm 3's
+    adaptive depth."""
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")
     Ls = np.arange(1, 65)
@@ -756,7 +779,12 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
         ylabel="layers used (mean, min–max)",
         title=f"Thm 3: adaptive depth, ε = {ds3.attrs['eps']:g}",
     )
-    paths.append(save_paper_figure(fig, out, NAME, "constructions_lemma1_thm3.png"))
+    return save_paper_figure(fig, out, NAME, "constructions_lemma1_thm3.png")
+
+
+def _thm678_figure(out, ds67, ds8) -> str:
+    """Thms 6-7 (the minimisers' out-of-distribution loss over L) and Thm 8 (monotonicity in depth)."""
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     axes[0].semilogy(ds67.L, ds67.multilayer_ood, "o-", color="tab:red", label="multilayer minimiser (App. D.1)")
@@ -772,5 +800,4 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
     )
     axes[1].set(xlabel="loops / depth", ylabel="fixed-Gram loss", title="Thm 8: monotonicity in depth")
     axes[1].legend(fontsize=7)
-    paths.append(save_paper_figure(fig, out, NAME, "thm6_7_8.png"))
-    return paths
+    return save_paper_figure(fig, out, NAME, "thm6_7_8.png")
