@@ -24,6 +24,9 @@ ENTRY_POINTS = {
     "RepresentationRegression": icl.tasks.RepresentationRegression,
     "ARRepresentation": icl.tasks.ARRepresentation,
     "CoTMLP": icl.tasks.CoTMLP,
+    "FixedGramRegression": icl.tasks.FixedGramRegression,
+    "WindowedScale": icl.tasks.WindowedScale,
+    "RandomDiagonalCovariance": icl.tasks.RandomDiagonalCovariance,
     "sequence_loss": icl.losses.sequence_loss,
 }
 

@@ -93,9 +93,27 @@ class FixedCovariance(CovariancePrior):
 
 
 class RandomDiagonalCovariance(CovariancePrior):
-    """Λ = scale · diag(λ_1, …, λ_d) with λ_i iid Gamma(shape, 1) (Zhang et al. §4.3, App. E).
+    r"""A random diagonal covariance $\Lambda = c \operatorname{diag}(\lambda_1, \dots, \lambda_d)$ with
+    $\lambda_i$ iid $\text{Gamma}(k, 1)$ (Zhang et al. §4.3, App. E: the "random covariance" training of Fig. 1).
 
-    ``shape = 1`` (default) gives Exponential(1) entries. ``scale`` is the factor c of App. E.
+    Args:
+        d: dimension.
+        scale: the factor $c > 0$ of App. E (the test covariances $c = 1, 4, 9$).
+        shape: the Gamma shape $k > 0$; $k = 1$ (default) gives Exponential(1) entries, as in the paper.
+
+    ``sample(key)`` returns one $d \times d$ matrix; ``raw_moments()`` the first three moments of an entry, which
+    the exact losses of Thm 4.5 (eq. 4.12) use.
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        prior = icl.tasks.RandomDiagonalCovariance(5, scale=4.0)
+        Lam = prior.sample(jax.random.PRNGKey(0))
+        assert Lam.shape == (5, 5) and bool(jnp.all(jnp.diag(Lam) > 0))
+        task = icl.tasks.LinearRegression(5, 20, prior)  # a new Λ for every prompt
+        ```
     """
 
     d: int = eqx.field(static=True)
@@ -296,13 +314,31 @@ class DiscreteScale(ScalePrior):
 
 
 class WindowedScale(ScalePrior):
-    """s uniform on ∪_i [s_i − w, s_i + w] (Gatmiry et al. §5, D_test; w = 0 is the discrete set).
+    r"""The scale $s$ of $\Sigma = sI$, uniform on $\bigcup_i [s_i - w, s_i + w]$ (Gatmiry et al. §5, the test
+    distribution $D_\text{test}$ of Fig. 2; $w = 0$ is the training distribution $\text{Unif}\{s_1, \dots, s_k\}$).
 
-    Overlapping windows are merged: the density is uniform on the union, not a mixture. Sorted
-    centres split the union into pieces [max(s_i − w, s_{i−1} + w), s_i + w], each weighted by its share
-    of the union's length. At w = 0 every piece is a point and each *distinct* centre weighs 1/k (k distinct
-    centres): D_test at w = 0 is D_train = Unif{s_1 … s_k}. A repeated centre adds nothing at any w, so padding
-    the centres to a fixed length by repeating one (a traced k, in a sweep) leaves the distribution unchanged."""
+    Args:
+        centers: the $k$ training scales $s_i$ (any order; repeats allowed).
+        width: the window half-width $w \ge 0$, with $\min_i s_i - w > 0$.
+
+    Overlapping windows are merged: the density is uniform on the union, not a mixture. Sorted centres split the
+    union into pieces $[\max(s_i - w, s_{i-1} + w), s_i + w]$, each weighted by its share of the union's length
+    (`masses`). At $w = 0$ every piece is a point and each *distinct* centre weighs $1/k$ ($k$ distinct centres), so
+    $D_\text{test}$ at $w = 0$ is $D_\text{train}$. A repeated centre adds nothing at any $w$: padding the centres
+    to a fixed length by repeating one (a traced $k$, in a sweep) leaves the distribution unchanged.
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        train = icl.tasks.WindowedScale(jnp.array([1.0, 8.0, 8.0, 8.0]), 0.0)  # k = 2, padded to 4
+        assert jnp.allclose(train.masses(), jnp.array([0.5, 0.5, 0.0, 0.0]))
+        test = icl.tasks.WindowedScale(jnp.array([1.0, 8.0]), 0.5)
+        s = jax.vmap(test.sample)(jax.random.split(jax.random.PRNGKey(0), 1000))
+        assert bool(jnp.all((jnp.abs(s - 1.0) <= 0.5) | (jnp.abs(s - 8.0) <= 0.5)))
+        ```
+    """
 
     centers: Float[Array, " k"]
     width: Float[Array, ""]

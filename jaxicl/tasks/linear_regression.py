@@ -146,13 +146,39 @@ def _orthonormal_rows(G: Float[Array, "d n"]) -> Float[Array, "d n"]:
 
 
 class FixedGramRegression(eqx.Module):
-    """The theorems' setting of Gatmiry et al. (§4.2, eq. 9): the empirical covariance
-    Σ = X Xᵀ / n is *given* (drawn from ``covariance``), w* ~ N(0, Σ⁻¹), x_q ~ N(0, Σ), y = Xᵀw*
-    (realizable, noiseless). The paper writes Σ = X Xᵀ with the 1/n of eq. (3) dropped; jaxicl keeps
-    the 1/n in the model, so Σ here is X Xᵀ / n and all of the paper's statements about Σ apply.
+    r"""The theorems' setting of Gatmiry et al. (§4.2, eq. 9): noiseless linear regression whose empirical
+    covariance is *given*.
 
-    ``sample_one`` builds prompts with X Xᵀ / n = Σ *exactly* (X = √n C R with C Cᵀ = Σ and R with orthonormal
-    rows), so Monte Carlo over prompts estimates the same loss as the exact formula."""
+    Args:
+        d: input dimension.
+        n_context: number of in-context examples $n \ge d$ (a Gram matrix of rank $d$).
+        covariance: a `CovariancePrior` of $\Sigma$ (``ScaledIdentityCovariance`` for Fig. 2's $\Sigma = sI$,
+            ``RandomSpectrumCovariance`` for Definition 1's $\alpha I \preceq \Sigma \preceq \beta I$), or a fixed
+            $d \times d$ matrix.
+
+    Each prompt draws $\Sigma$ from ``covariance``, then $X \in \mathbb{R}^{d \times n}$ with
+    $X X^\top / n = \Sigma$ *exactly*, $w^\star \sim N(0, \Sigma^{-1})$, $x_q \sim N(0, \Sigma)$ and
+    $y = X^\top w^\star$ (realizable, noiseless). The paper writes $\Sigma = X X^\top$ with the $1/n$ of eq. (3)
+    dropped; jaxicl keeps the $1/n$ in the model, so $\Sigma$ here is $X X^\top / n$ and all of the paper's
+    statements about $\Sigma$ apply. Exact Gram matrices ($X = \sqrt{n}\, C R$ with $C C^\top = \Sigma$ and $R$
+    with orthonormal rows) make Monte Carlo over prompts estimate the same loss as the exact formula
+    (`jaxicl.losses.fixed_gram_population_loss`).
+
+    ``sample(key, batch)`` returns a `Prompt` batch: ``x`` of shape (batch, n, d), ``y`` (batch, n), ``x_query``
+    (batch, d), ``y_query`` (batch,).
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+
+        Sigma = jnp.diag(jnp.array([1.0, 2.0, 4.0]))
+        task = icl.tasks.FixedGramRegression(3, 10, Sigma)
+        p = task.sample(jax.random.PRNGKey(0), 8)
+        gram = jnp.einsum("bni,bnj->bij", p.x, p.x) / 10  # X Xᵀ / n of each prompt
+        assert jnp.allclose(gram, Sigma, atol=1e-5) and p.y.shape == (8, 10)
+        ```
+    """
 
     d: int = eqx.field(static=True)
     n_context: int = eqx.field(static=True)
