@@ -269,6 +269,24 @@ def test_representation_and_ar_tasks_follow_their_equations():
     assert rms[-50:].mean() < 3 * rms[:50].mean()  # stationary in scale over 200 steps, not exploding
 
 
+def test_the_ar_bayes_oracle_is_the_posterior_mean_of_A():
+    """`ARRepresentation.bayes_predictions` against Bayes' rule written out in numpy: with A's entries
+    N(0, ρ²/(kq)) and x_{t+1} = A f_t + σε_t (f_t = Φ*(window)), E[Aᵀ | the earlier steps] =
+    (FᵀF/σ² + (kq/ρ²) I)⁻¹ FᵀY/σ², and the prediction of step t is f_tᵀ E[Aᵀ | steps before t]."""
+    q, k, sigma, rho = 3, 4, 0.7, 0.5
+    ar = tasks.ARRepresentation(2, q, 12, tasks.LeakyReluMLP(KEY, [2 * q, 8, k]), noise_std=sigma, gain=rho)
+    p = ar.prompt(jax.random.PRNGKey(3))
+    pred = np.asarray(ar.bayes_predictions(p))
+    series = np.concatenate([np.asarray(p.tokens), np.asarray(p.targets[-1:])])
+    feats = np.array([np.asarray(ar.phi(jnp.asarray(series[t - q : t].reshape(-1)))) for t in range(q, 12)])
+    for i, t in enumerate(range(q, 12)):  # position t − 1 predicts step t from steps q … t − 1
+        F, Y = feats[:i], series[q:t]
+        mean_At = np.linalg.solve(F.T @ F / sigma**2 + k * q / rho**2 * np.eye(k), F.T @ Y / sigma**2)
+        np.testing.assert_allclose(pred[t - 1], feats[i] @ mean_At, rtol=1e-9, atol=1e-12)
+    assert not pred[: q - 1].any()  # unscored positions
+    assert not pred[q - 1].any()  # no step before the first scored one: the prior mean, 0
+
+
 def test_cot_chains_are_in_context_linear_after_the_leaky_inverse():
     """Each CoT step is s^ℓ = σ(W^ℓ s^{ℓ−1}) with W^ℓ shared by the prompt's chains: undoing the leaky ReLU,
     least squares over the N chains recovers W^ℓ with zero residual."""

@@ -185,7 +185,9 @@ _QUICK = Config(
     fig3_loops=((8, 6), (8, 1), (4, 3)),
     eval_loops=40,
     sigmas=(0.0, 0.1, 1.0),
-    fig5_loops=((8, 6), (4, 4)),
+    # quick: only the AlgoFormer whose loss weighs the first loops, the one Fig. 5's claims read (the (8, 6) one, two
+    # thirds of the figure's training, joins it from --trained)
+    fig5_loops=((4, 4),),
     iterations=40,
     steps=1500,
     batch=32,
@@ -200,7 +202,7 @@ SIZES = {
     # Fig. 2's comparisons held for each of three seeds at 3,000 steps (the cot task: `jaxicl sweep --stage
     # algoformer:cot --grid steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size); Figs. 3 and 5 are asserted
     # at --full
-    "trained": dataclasses.replace(_QUICK, steps=3000, seeds=3),
+    "trained": dataclasses.replace(_QUICK, steps=3000, seeds=3, fig5_loops=((8, 6), (4, 4))),
     "full": Config(
         d=20,
         N=40,
@@ -328,6 +330,19 @@ def _zero_error(prompts):
     return np.asarray(jnp.mean(err[:, scored], 0))
 
 
+@eqx.filter_jit
+def _oracle_predictions(task, prompts):
+    return jax.vmap(task.bayes_predictions)(prompts)
+
+
+def _oracle_error(task, prompts):
+    """Error of the AR task's Bayes oracle (`ARRepresentation.bayes_predictions`: it knows Φ* and the prior of A) at
+    every scored position, against the clean targets: the smallest error expected of a model there."""
+    err = jnp.sum((_oracle_predictions(task, prompts) - prompts.clean) ** 2, -1) * prompts.mask
+    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
+    return np.asarray(jnp.mean(err[:, scored], 0))
+
+
 def fig2(
     cfg: Config,
     key,
@@ -347,6 +362,8 @@ def fig2(
             continue
         test = task.prompts(jax.random.fold_in(key, 100 + ti), cfg.test_prompts)
         curves = {"zero": _zero_error(test)}
+        if isinstance(task, tasks.ARRepresentation):  # what is learnable in context: the Bayes oracle that knows Φ*
+            curves["oracle"] = _oracle_error(task, test)
         for mi, kind in enumerate(MODELS):
             loops = None if kind == "standard" else tuple(cfg.loops)
             dn = _task_size(cfg, tname)
@@ -536,15 +553,35 @@ def _trained_as(cfg: Config, at: str, fig5: bool = False) -> tuple[bool, str]:
     return trains_as_long(at, training_steps=(mine.steps, theirs.steps), seeds=(cfg.seeds, SIZES[at].seeds))
 
 
+# The size from which each task's comparison of the architectures in Fig. 2 is asserted: the regression and CoT
+# comparisons held for each of three seeds at 3,000 steps (docs/reports/trained-size); the AR comparison did not at
+# 3,000 nor at 8,000 steps (AlgoFormer 0.3-3 % above the standard transformer for two seeds of three, where both
+# learned), so it is asserted at --full
+FIG2_ASSERTED_AT = {"regression": "trained", "ar": "full", "cot": "trained"}
+
+
 def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
     """Fig. 2's rows for each task of ``task_names`` (`_checks`)."""
-    asserted, why = _trained_as(cfg, "trained")
     checks = []
     for t in task_names:
+        asserted, why = _trained_as(cfg, FIG2_ASSERTED_AT[t])
         zero = ds2[f"{t}_zero"].values
         checks.append(
             learned_check(f"Fig. 2 ({t})", {m: ds2[f"{t}_{m}"].values[-1] / zero[-1] for m in MODELS}, LEARNED_FRACTION)
         )
+        if f"{t}_oracle" in ds2:
+            oracle = ds2[f"{t}_oracle"].values / zero
+            checks.append(
+                Check(
+                    f"Fig. 2 ({t}): what is learnable in context — the Bayes oracle that knows Φ* and the prior of A "
+                    "(posterior-mean A from the earlier steps), error ÷ zero estimator's, first → last example",
+                    "—",
+                    f"{fmt(oracle[0], 3)} → {fmt(oracle[-1], 3)}; the models at the last example: "
+                    + ", ".join(f"{m} {fmt(ds2[f'{t}_{m}'].values[-1] / zero[-1], 3)}" for m in MODELS),
+                    "—",
+                    None,
+                )
+            )
         rel = {m: ds2[f"{t}_{m}"].values / zero for m in MODELS}  # error ÷ the zero estimator's, per position
         checks.append(
             Check(
@@ -569,7 +606,7 @@ def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
                 asserted,
                 why,
                 margin=relative_margin(mean["algoformer"], min(mean["standard"], mean["looped"])),
-                asserted_at="--trained",
+                asserted_at=f"--{FIG2_ASSERTED_AT[t]}",
             )
         )
     return checks
@@ -731,6 +768,8 @@ def _fig2_figure(out, ds2, shown, plt) -> str:
         for m in MODELS:
             ax.semilogy(x, ds2[f"{t}_{m}"], label=m)
         ax.semilogy(x, ds2[f"{t}_zero"], "k--", label="zero estimator")
+        if f"{t}_oracle" in ds2:
+            ax.semilogy(x, ds2[f"{t}_oracle"], "k:", label="Bayes oracle (knows Φ*)")
         ax.set(xlabel="in-context example (scored position)", ylabel="squared error", title=f"Fig. 2: {title}")
         ax.legend(fontsize=8)
     _mark_figure(fig, ds2)
@@ -868,10 +907,12 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         f"{cfg.lr:g}, batch {cfg.batch}, {cfg.steps} steps; {cfg.test_prompts} test prompts, errors against the "
         "noise-free targets. The paper's size is `--full` (500k steps, GPU).",
         "The looped models average the loss over t = max(T − ΔT, 1) … T loops (eq. 6 with a mean over its terms). "
-        "AR(q): A ~ N(0, 0.25/(qk) I) instead of N(0, I), which makes the series explode with a unit-scale Φ*. "
-        "Fig. 2's comparisons of the architectures are asserted from `--trained` (3,000 steps, every model from "
-        "three seeds, each seed checked apart), Figs. 3 and 5's at `--full`; at a shorter training they are shown with "
-        'their margins, "not reproduced" where they do not hold.'
+        "AR(q): A ~ N(0, 0.25/(qk) I) instead of N(0, I), which makes the series explode with a unit-scale Φ*; even "
+        "so a rare prompt's series grows large and carries much of the mean error (the paper's measure, kept here), "
+        "and the Bayes oracle that knows Φ* and the prior of A (dotted) shows what is learnable in context. "
+        "Fig. 2's comparisons of the architectures on the regression and CoT tasks are asserted from `--trained` "
+        "(3,000 steps, every model from three seeds, each seed checked apart), on the AR task and Figs. 3 and 5's at "
+        '`--full`; at a shorter training they are shown with their margins, "not reproduced" where they do not hold.'
         + (f" Every model here trained from {cfg.seeds} seeds; the figures draw seed 0's." if cfg.seeds > 1 else ""),
     ]
     figures = _figures(out, cfg, ds2, ds3, ds5)

@@ -324,6 +324,24 @@ class ARRepresentation(_SequenceTask):
         _, (xs, means) = jax.lax.scan(step, x0, eps)
         return jnp.concatenate([x0, xs]), jnp.concatenate([x0, means])
 
+    def bayes_predictions(self, prompt: SequencePrompt) -> Float[Array, "T d"]:
+        r"""The best prediction of each clean next step from the steps before it, for an estimator that knows
+        $\Phi^*$ and the prior of $A$: the posterior mean of $A$ given the earlier scored transitions
+        $x_{t+1} = A\,\Phi^*(x_{t+1-q}, \dots, x_t) + \sigma\varepsilon_t$, i.e. ridge regression of the steps on
+        their features with $\lambda = \sigma^2 k q / \rho^2$ (`jaxicl.baselines.ridge`; $A$'s entries have
+        variance $\rho^2/(kq)$). Zero where no transition precedes; zero at unscored positions. A reference
+        for what a trained model can reach on this task: its error ÷ the zero estimator's is the smallest expected
+        at each position. ``prompt``: one prompt of this task (tokens (T, d)); returns (T, d)."""
+        from .. import baselines
+
+        T, q = prompt.tokens.shape[0], self.q
+        idx = jnp.clip(jnp.arange(T)[:, None] + jnp.arange(1 - q, 1)[None, :], 0, T - 1)  # window ending at j
+        feats = jax.vmap(lambda w: self.phi(w.reshape(-1)))(prompt.tokens[idx])
+        lam = self.noise_std**2 * self.phi.d_out * q / self.gain**2
+        scored = slice(q - 1, T)  # the positions the mask scores: j ≥ q − 1
+        pred = baselines.ridge(feats[scored], prompt.targets[scored], lam)
+        return jnp.zeros_like(prompt.targets).at[scored].set(pred) * prompt.mask[:, None]
+
     def prompt(self, key, d_active=None, n_active=None) -> SequencePrompt:
         series, clean = self.sample_series(key, d_active)
         idx = jnp.arange(self.n_context)
