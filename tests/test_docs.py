@@ -1,6 +1,7 @@
 """The documentation site (mkdocs + mkdocstrings, `make docs`): it builds with --strict, its API reference covers
 the public names, and every public name has a docstring."""
 
+import html as html_lib
 import importlib
 import inspect
 import os
@@ -114,6 +115,11 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with their stored outputs, figures too
         html = (site / "notebooks" / notebook.stem / "index.html").read_text()
         assert "image/png" in html or "<img" in html, notebook.stem
+    # the navigation shows the notebooks under the titles mkdocs.yml gives them, not their first headings
+    titles = re.findall(r"^\s+- (.+): notebooks/\S+\.ipynb$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert len(titles) == len(list((ROOT / "notebooks").glob("*.ipynb")))
+    for title in titles:
+        assert html_lib.escape(title, quote=False) in home or title in home, title
 
 
 def test_code_blocks_fit_the_text_column():
