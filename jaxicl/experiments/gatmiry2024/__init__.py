@@ -484,12 +484,25 @@ def _learned_rows(ds: xr.Dataset, figure: str, cfg: Config, dims: tuple) -> Chec
 
 
 def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
+    """Fig. 1's rows from the Gaussian-X models of ``ds`` (`fig1_sweep`'s), the losses averaged over its seeds."""
     m = ds.test_loss.mean("seed")
-    checks = [_learned_rows(ds, "Fig. 1", cfg, ("kappa", "depth", "looped"))]
     multi, loop = m.sel(looped=0).values, m.sel(looped=1).values  # (kappa, depth)
+    return [
+        _learned_rows(ds, "Fig. 1", cfg, ("kappa", "depth", "looped")),
+        *_fig1_depth_checks(multi, loop, cfg),
+        *_fig1_diversity_checks(multi, loop, cfg),
+        *_fig1_tables(ds, multi, loop),
+        *_fig1_looped_checks(multi, loop, cfg),
+        *_fig1_convergence(ds),
+    ]
+
+
+def _fig1_depth_checks(multi, loop, cfg: Config) -> list[Check]:
+    """Depth helps: the loss at the largest L below half the loss at the smallest (``multi``, ``loop``: (κ, L))."""
+    out = []
     few = _needs_two(cfg.depths, "depths")
     i0, i1 = int(np.argmin(cfg.depths)), int(np.argmax(cfg.depths))
-    checks.append(
+    out.append(
         paper_claim(
             "Fig. 1: depth helps: loss at the largest L below half the loss at the smallest, every κ and architecture",
             "decreasing in L",
@@ -508,6 +521,12 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             asserted_at="--trained",
         )
     )
+    return out
+
+
+def _fig1_diversity_checks(multi, loop, cfg: Config) -> list[Check]:
+    """More task diversity costs more: the loss increases with κ at the smallest L and at every deeper one."""
+    out, i0 = [], int(np.argmin(cfg.depths))
     by_kappa = np.argsort(cfg.kappas)
     step = (
         lambda j: np.concatenate(
@@ -519,7 +538,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     )  # successive-κ ratios
     L0 = cfg.depths[i0]
     one = " (one layer: the looped and the multilayer model are one model)" if L0 == 1 else " (both architectures)"
-    checks.append(
+    out.append(
         Check(
             f"Fig. 1: more task diversity costs more: at L = {L0} the loss increases with κ{one}",
             "increasing in κ",
@@ -533,7 +552,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     deeper = [j for j in range(len(cfg.depths)) if cfg.depths[j] != L0]
     worst = min((float(step(j).min()) for j in deeper), default=np.nan) if len(cfg.kappas) > 1 else np.nan
     premise_deep = _needs_two(cfg.kappas, "kappas") or ({} if deeper else {"reason": "one depth"})
-    checks.append(
+    out.append(
         paper_claim(
             f"Fig. 1: more task diversity costs more at every deeper L ({[cfg.depths[j] for j in deeper]}"
             "; both architectures)",
@@ -548,7 +567,13 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             asserted_at="--trained",
         )
     )
-    checks.append(
+    return out
+
+
+def _fig1_tables(ds: xr.Dataset, multi, loop) -> list[Check]:
+    """The reported tables: the mean loss and the median per-prompt error for every (κ, L)."""
+    out = []
+    out.append(
         Check(
             "Fig. 1: loss for every (κ, L) (Gaussian X, mean over seeds; rows κ, columns L)",
             "—",
@@ -558,7 +583,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
         )
     )
     med = ds.test_median.mean("seed")
-    checks.append(
+    out.append(
         Check(
             "Fig. 1: median per-prompt error (robust to the heavy Gaussian-X tail), rows κ",
             "—",
@@ -570,8 +595,14 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             None,
         )
     )
+    return out
+
+
+def _fig1_looped_checks(multi, loop, cfg: Config) -> list[Check]:
+    """Fig. 1(b): the looped model with L loops is competitive with L layers."""
+    out = []
     ratio = loop / multi
-    checks.append(
+    out.append(
         paper_claim(
             "Fig. 1(b): looped with L loops is competitive with L layers (every κ, L)",
             "≈ 1",
@@ -584,9 +615,15 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             asserted_at="--trained",
         )
     )
+    return out
+
+
+def _fig1_convergence(ds: xr.Dataset) -> list[Check]:
+    """How far the Gaussian-X training moved over its last two windows (reported)."""
+    out = []
     curve = ds.curve.mean("seed").values
     change = np.abs(curve[..., -1] / curve[..., -2] - 1)
-    checks.append(
+    out.append(
         Check(
             "Gaussian X training has converged: change of the windowed training loss over the last two windows",
             "small",
@@ -595,7 +632,7 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
             None,
         )
     )
-    return checks
+    return out
 
 
 def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
