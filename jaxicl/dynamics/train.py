@@ -382,17 +382,9 @@ def train(
         ```
     """
     _refuse_tracers(model, "train")
-    n_steps = _validate.integer("train: n_steps", n_steps, low=0)
-    chunk_size = _validate.integer("train: chunk_size", chunk_size)
-    if time_limit is not None:
-        _validate.real("train: time_limit (seconds)", time_limit, gt=0)
-    checkpoint_every = (
-        chunk_size if checkpoint_every is None else _validate.integer("train: checkpoint_every", checkpoint_every)
+    n_steps, chunk_size, checkpoint_every, eval_every = _checked_schedule(
+        n_steps, chunk_size, checkpoint_every, eval_every, time_limit
     )
-    eval_every = eval_every and _validate.integer("train: eval_every", eval_every)
-    for name, every in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
-        if every and every % chunk_size:
-            raise ValueError(f"{name} = {every} must be a multiple of chunk_size = {chunk_size}.")
     optimizer = optimizer or optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     if ensemble:
@@ -402,16 +394,9 @@ def train(
     init = jax.vmap(optimizer.init) if ensemble else optimizer.init
     opt_state = eqx.filter_jit(init)(params)  # one program, not one per parameter shape
     fingerprint = _checkpoint.fingerprint(params, opt_state, config)
-    step, losses, evals, stored_seconds = 0, [], {}, None
-    if checkpoint is not None and Path(checkpoint).exists():
-        params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint, key)
-        stored_seconds = checkpoint_header(checkpoint).get("seconds_per_step")
-        if step > n_steps:
-            raise CheckpointError(
-                f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}: it belongs to "
-                "a longer run. Delete it, or use another checkpoint path."
-            )
-        losses = list(old)
+    params, opt_state, step, key, losses, evals, stored_seconds = _resume(
+        checkpoint, params, opt_state, fingerprint, key, n_steps
+    )
     resumed_from = step
 
     run_chunk = chunk_runner(loss_fn, static, optimizer, compute_dtype, ensemble, member_data)
@@ -492,9 +477,7 @@ def train(
         ):
             save(step)
     bar.close()
-    eval_steps = np.array(sorted(int(s) for s in evals))
-    names = sorted({k for v in evals.values() for k in v})
-    eval_arrays = {k: np.array([evals[str(s)][k] for s in eval_steps]) for k in names}
+    eval_steps, eval_arrays = _eval_arrays(evals)
     time_limited = step < n_steps and out_of_time()
     if time_limited and progress:
         print(f"[train] {label or 'run'}: time limit of {time_limit:.3g} s reached at step {step:,}", flush=True)
@@ -517,6 +500,46 @@ def train(
         n_steps,
         time_limited,
     )
+
+
+def _checked_schedule(n_steps, chunk_size, checkpoint_every, eval_every, time_limit):
+    """`train`'s step counts checked: (n_steps, chunk_size, checkpoint_every, eval_every), the intervals multiples
+    of the chunk (a checkpoint or an evaluation falls between two compiled chunks)."""
+    n_steps = _validate.integer("train: n_steps", n_steps, low=0)
+    chunk_size = _validate.integer("train: chunk_size", chunk_size)
+    if time_limit is not None:
+        _validate.real("train: time_limit (seconds)", time_limit, gt=0)
+    checkpoint_every = (
+        chunk_size if checkpoint_every is None else _validate.integer("train: checkpoint_every", checkpoint_every)
+    )
+    eval_every = eval_every and _validate.integer("train: eval_every", eval_every)
+    for name, every in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
+        if every and every % chunk_size:
+            raise ValueError(f"{name} = {every} must be a multiple of chunk_size = {chunk_size}.")
+    return n_steps, chunk_size, checkpoint_every, eval_every
+
+
+def _resume(checkpoint, params, opt_state, fingerprint, key, n_steps):
+    """The state `train` starts from: ``checkpoint``'s where it exists (`load_checkpoint`, which refuses one of
+    other settings or another key), else step 0. Returns (params, opt_state, step, key, losses, evals, the step time
+    the checkpoint's run measured or None)."""
+    if checkpoint is None or not Path(checkpoint).exists():
+        return params, opt_state, 0, key, [], {}, None
+    params, opt_state, step, key, old, evals = load_checkpoint(checkpoint, params, opt_state, fingerprint, key)
+    if step > n_steps:
+        raise CheckpointError(
+            f"checkpoint {checkpoint} is at step {step}, beyond n_steps = {n_steps}: it belongs to "
+            "a longer run. Delete it, or use another checkpoint path."
+        )
+    stored_seconds = checkpoint_header(checkpoint).get("seconds_per_step")
+    return params, opt_state, step, key, list(old), evals, stored_seconds
+
+
+def _eval_arrays(evals: dict) -> tuple[np.ndarray, dict]:
+    """The evaluations recorded by step (``{"step": {name: value}}``) as (steps, {name: values over the steps})."""
+    eval_steps = np.array(sorted(int(s) for s in evals))
+    names = sorted({k for v in evals.values() for k in v})
+    return eval_steps, {k: np.array([evals[str(s)][k] for s in eval_steps]) for k in names}
 
 
 def _plan_run(
