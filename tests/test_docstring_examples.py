@@ -28,6 +28,8 @@ ENTRY_POINTS = {
     "WindowedScale": icl.tasks.WindowedScale,
     "RandomDiagonalCovariance": icl.tasks.RandomDiagonalCovariance,
     "sequence_loss": icl.losses.sequence_loss,
+    "fixed_gram_population_loss": icl.losses.fixed_gram_population_loss,
+    "template_loss": icl.losses.template_loss,
 }
 
 

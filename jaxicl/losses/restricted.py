@@ -133,8 +133,36 @@ def scaled_identity_loss(model: LinearTransformer, s: Float[Array, " m"]) -> Flo
 
 
 def fixed_gram_population_loss(model: LinearTransformer, covariance, n_nodes: int | None = None) -> Float[Array, ""]:
-    """E_Σ tr(M Σ Mᵀ Σ⁻¹) (eq. 9, no ½), exactly, for a `FixedCovariance` or a
-    `ScaledIdentityCovariance` (quadrature with ⌈(2L+1)/2⌉ or more nodes per piece)."""
+    r"""The fixed-Gram population loss of Gatmiry et al. (eq. 9, without its ½), exactly:
+    $\mathbb{E}_\Sigma \operatorname{tr}(M \Sigma M^\top \Sigma^{-1})$, where $M$ is the model's error map on the
+    task's Gram matrix $\Sigma$ ($M = \prod_\ell (I - A_\ell \Sigma)$ for the restricted layers of eq. 6).
+
+    Args:
+        model: a `LinearTransformer` (restricted or looped, depth $L$).
+        covariance: a `FixedCovariance` (one $\Sigma$) or a `ScaledIdentityCovariance` ($\Sigma = sI$, $s$ from a
+            `ScalePrior`: the loss is a polynomial of degree $2L$ in $s$, integrated by Gauss-Legendre quadrature on
+            each piece of the prior's support, exact with $\lceil (2L + 1)/2 \rceil$ or more nodes).
+        n_nodes: quadrature nodes per piece (default $L + 1$).
+
+    Returns:
+        The loss, a scalar; a `TypeError` for a prior with no exact form (average `fixed_gram_loss` over sampled
+        $\Sigma$ instead).
+
+    Example:
+        ```python
+        import jax.numpy as jnp
+        import jaxicl as icl
+        from jaxicl.models import LinearTransformer
+
+        d, L, eta = 4, 3, 0.2
+        model = LinearTransformer.restricted(jnp.stack([eta * jnp.eye(d)] * L))  # L steps of GD, step η
+        # Σ = sI with s ~ Unif[1, 4]: E_s d(1 − ηs)^(2L), integrated by hand
+        cov = icl.tasks.ScaledIdentityCovariance(d, icl.tasks.UniformScale(1.0, 4.0))
+        exact = d * ((1 - eta) ** (2 * L + 1) - (1 - 4 * eta) ** (2 * L + 1)) / (3 * eta * (2 * L + 1))
+        loss = icl.losses.fixed_gram_population_loss(model, cov)
+        assert jnp.allclose(loss, exact, rtol=1e-5)
+        ```
+    """
     if isinstance(covariance, FixedCovariance):
         return fixed_gram_loss(model, covariance.matrix)
     if isinstance(covariance, ScaledIdentityCovariance):

@@ -22,7 +22,32 @@ from .registry import register_population_loss
 
 
 def template_loss(A_hat: Float[Array, "N K"], task: TemplateRegression) -> Float[Array, ""]:
-    """½E[(1/K) Σ_k (ŷ_k − y_k)²] for the linear predictor ŷ = Âᵀy (eq. 9, exact)."""
+    r"""The population loss of Yang et al. (eq. 9) for the linear predictor $\hat y = \hat A^\top y$, exactly:
+    $\tfrac12 \mathbb{E}\big[\tfrac1K \sum_k (\hat y_k - y_k)^2\big]$ over the template coefficients $\lambda$ and the
+    label noise $\tau$ (a quadratic form in $\hat A$). A trained `MultiHeadSoftmaxICL` predicts this way with
+    $\hat A$ its ``prediction_matrix`` (eq. 8), which is how its population loss is computed.
+
+    Args:
+        A_hat: the prediction matrix $\hat A$, shape (N, K): column $k$ weighs the N labels to predict token $k$.
+        task: the `TemplateRegression` (its templates $Z$, coefficient law and $\tau$).
+
+    Returns:
+        The loss, a scalar.
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        import jaxicl as icl
+        from jaxicl.theory import yang
+
+        key = jax.random.PRNGKey(0)
+        task = icl.tasks.TemplateRegression.random(key, d=8, K=24, n_context=6, m=4, tau=0.1)
+        A = yang.optimal_prediction_matrix(task)  # the ridge-regression limit of Thm 2 (eq. 20)
+        best = icl.losses.template_loss(A, task)
+        assert jnp.allclose(best, yang.loss_infimum(task), rtol=1e-5)
+        assert icl.losses.template_loss(A + 0.01, task) > best  # A is the minimiser
+        ```
+    """
     N, K = task.n_context, task.K
     if A_hat.shape != (N, K):
         raise ValueError(f"Â must be (N, K) = ({N}, {K}) for this task, got {A_hat.shape}.")
