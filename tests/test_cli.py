@@ -163,7 +163,8 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
     monkeypatch.setattr(E, "_child_command", toy_child)
     assert cli.main(sliced + ["--jobs", "2"]) in (0, 1)
-    assert sorted(started) == sorted(A.PARTS) and len(checks) == 17 and rows() == checks
+    # 18 rows: Fig. 2, 3 per task and the AR task's Bayes oracle (reported); Fig. 3, 2; Fig. 5, 3 + one per σ
+    assert sorted(started) == sorted(A.PARTS) and len(checks) == 18 and rows() == checks
     assert re.search(
         r"\[jaxicl\] algoformer: \d+ pass, \d+ fail, \d+ pass \(not asserted\), \d+ not reproduced, "
         r"\d+ reported in [\d.]+ s over 4 "
