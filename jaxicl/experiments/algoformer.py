@@ -326,11 +326,15 @@ def training_prompts(task, cfg: Config, key, step, d: int, n: int):
     return task.prompts(key, cfg.batch) if curr is None else task.prompts(key, cfg.batch, *curr.at(step))
 
 
+def _scored_mean(sq_err, prompts):
+    """The mean over the prompts of a squared error (batch, T) at every scored position, in order."""
+    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
+    return np.asarray(jnp.mean((sq_err * prompts.mask)[:, scored], 0))
+
+
 def _zero_error(prompts):
     """Error of the zero estimator at every scored position: E‖y‖² (clean targets)."""
-    err = jnp.sum(prompts.clean**2, -1) * prompts.mask
-    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
-    return np.asarray(jnp.mean(err[:, scored], 0))
+    return _scored_mean(jnp.sum(prompts.clean**2, -1), prompts)
 
 
 @eqx.filter_jit
@@ -341,9 +345,7 @@ def _oracle_predictions(task, prompts):
 def _oracle_error(task, prompts):
     """Error of the AR task's Bayes oracle (`ARRepresentation.bayes_predictions`: it knows Φ* and the prior of A) at
     every scored position, against the clean targets: the smallest error expected of a model there."""
-    err = jnp.sum((_oracle_predictions(task, prompts) - prompts.clean) ** 2, -1) * prompts.mask
-    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
-    return np.asarray(jnp.mean(err[:, scored], 0))
+    return _scored_mean(jnp.sum((_oracle_predictions(task, prompts) - prompts.clean) ** 2, -1), prompts)
 
 
 def fig2(
@@ -569,9 +571,8 @@ def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
     for t in task_names:
         asserted, why = _trained_as(cfg, FIG2_ASSERTED_AT[t])
         zero = ds2[f"{t}_zero"].values
-        checks.append(
-            learned_check(f"Fig. 2 ({t})", {m: ds2[f"{t}_{m}"].values[-1] / zero[-1] for m in MODELS}, LEARNED_FRACTION)
-        )
+        last = {m: ds2[f"{t}_{m}"].values[-1] / zero[-1] for m in MODELS}  # error ÷ the zero estimator's, last example
+        checks.append(learned_check(f"Fig. 2 ({t})", last, LEARNED_FRACTION))
         if f"{t}_oracle" in ds2:
             oracle = ds2[f"{t}_oracle"].values / zero
             checks.append(
@@ -580,7 +581,7 @@ def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
                     "(posterior-mean A from the earlier steps), error ÷ zero estimator's, first → last example",
                     "—",
                     f"{fmt(oracle[0], 3)} → {fmt(oracle[-1], 3)}; the models at the last example: "
-                    + ", ".join(f"{m} {fmt(ds2[f'{t}_{m}'].values[-1] / zero[-1], 3)}" for m in MODELS),
+                    + ", ".join(f"{m} {fmt(r, 3)}" for m, r in last.items()),
                     "—",
                     None,
                 )

@@ -83,9 +83,9 @@ def trains_as_long(at: str, **training: tuple[int, int]) -> tuple[bool, str]:
     if at not in SIZE_NAMES:
         raise ValueError(f"size must be one of {SIZE_NAMES}, got {at!r}.")
     enough = all(mine >= theirs for mine, theirs in training.values())
+    names = {what: what.replace("_", " ") for what in training}
     mine = ", ".join(
-        f"{v:,} {what.replace('_', ' ').removesuffix('s') if v == 1 else what.replace('_', ' ')}"
-        for what, (v, _) in training.items()
+        f"{v:,} {names[what].removesuffix('s') if v == 1 else names[what]}" for what, (v, _) in training.items()
     )
     theirs = ", ".join(f"{v:,}" for _, v in training.values())
     return enough, f"{mine} (--{at}: {theirs})"

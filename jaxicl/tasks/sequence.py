@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .. import _validate
+from .. import _validate, baselines
 from .._validate import is_concrete
 from .covariance import CovariancePrior, FixedCovariance
 from .template_regression import TemplatePrompt
@@ -332,8 +332,6 @@ class ARRepresentation(_SequenceTask):
         variance $\rho^2/(kq)$). Zero where no transition precedes; zero at unscored positions. A reference
         for what a trained model can reach on this task: its error ÷ the zero estimator's is the smallest expected
         at each position. ``prompt``: one prompt of this task (tokens (T, d)); returns (T, d)."""
-        from .. import baselines
-
         T, q = prompt.tokens.shape[0], self.q
         idx = jnp.clip(jnp.arange(T)[:, None] + jnp.arange(1 - q, 1)[None, :], 0, T - 1)  # window ending at j
         feats = jax.vmap(lambda w: self.phi(w.reshape(-1)))(prompt.tokens[idx])

@@ -499,10 +499,9 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
 
 def _fig1_depth_checks(multi, loop, cfg: Config) -> list[Check]:
     """Depth helps: the loss at the largest L below half the loss at the smallest (``multi``, ``loop``: (κ, L))."""
-    out = []
     few = _needs_two(cfg.depths, "depths")
     i0, i1 = int(np.argmin(cfg.depths)), int(np.argmax(cfg.depths))
-    out.append(
+    return [
         paper_claim(
             "Fig. 1: depth helps: loss at the largest L below half the loss at the smallest, every κ and architecture",
             "decreasing in L",
@@ -520,8 +519,7 @@ def _fig1_depth_checks(multi, loop, cfg: Config) -> list[Check]:
             + " (worst ratio against 0.5)",
             asserted_at="--trained",
         )
-    )
-    return out
+    ]
 
 
 def _fig1_diversity_checks(multi, loop, cfg: Config) -> list[Check]:
@@ -600,30 +598,26 @@ def _fig1_tables(ds: xr.Dataset, multi, loop) -> list[Check]:
 
 def _fig1_looped_checks(multi, loop, cfg: Config) -> list[Check]:
     """Fig. 1(b): the looped model with L loops is competitive with L layers."""
-    out = []
     ratio = loop / multi
-    out.append(
+    return [
         paper_claim(
             "Fig. 1(b): looped with L loops is competitive with L layers (every κ, L)",
             "≈ 1",
             f"looped/multilayer {fmt(ratio.min(), 3)}–{fmt(ratio.max(), 3)}",
             "within a factor 2",
             bool(np.all((ratio >= 0.5) & (ratio <= 2.0))),
-            trained_enough(cfg),
-            _trained_as(cfg)[1],
+            *_trained_as(cfg),
             margin=f"{min(ratio.min() / 0.5, 2.0 / ratio.max()):.3g}× inside the factor 2",
             asserted_at="--trained",
         )
-    )
-    return out
+    ]
 
 
 def _fig1_convergence(ds: xr.Dataset) -> list[Check]:
     """How far the Gaussian-X training moved over its last two windows (reported)."""
-    out = []
     curve = ds.curve.mean("seed").values
     change = np.abs(curve[..., -1] / curve[..., -2] - 1)
-    out.append(
+    return [
         Check(
             "Gaussian X training has converged: change of the windowed training loss over the last two windows",
             "small",
@@ -631,8 +625,7 @@ def _fig1_convergence(ds: xr.Dataset) -> list[Check]:
             "—",
             None,
         )
-    )
-    return out
+    ]
 
 
 def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
