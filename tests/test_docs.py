@@ -89,6 +89,23 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     text = re.sub(r"<[^>]+>", "", dynamics)
     assert "diffrax&#39;s adjoint" in text or "diffrax's adjoint" in text  # the module's docstring
     assert "loss_fn: Callable[[PyTree], Float[Array," in text  # the signature's annotations, jaxtyping shapes too
+    # names in the signatures link into other projects' documentation through their inventories, which mkdocs.yml
+    # reads from docs/inventories (local files: the build never reaches the network)
+    api = "".join(page.read_text() for page in (site / "api").rglob("index.html"))
+    for target in (
+        "https://docs.python.org/3.11/library/functions.html#int",
+        "https://docs.jax.dev/en/latest/_autosummary/jax.Array.html#jax.Array",
+        "https://docs.kidger.site/equinox/api/module/module/#equinox.Module",
+        "https://docs.kidger.site/diffrax/api/adjoints/#diffrax.AbstractAdjoint",
+        "https://optax.readthedocs.io/en/latest/api/transformations.html#optax.GradientTransformation",
+    ):
+        assert f'href="{target}"' in api, target
+    inventories = re.findall(r"^\s+- url: (\S+)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert len(inventories) == 6 and all(
+        url.startswith("file:docs/inventories/") and (ROOT / url.removeprefix("file:")).is_file() for url in inventories
+    ), inventories
+    # and the pages load nothing from elsewhere: no web fonts, no scripts or styles from another host
+    assert not re.search(r'<(link|script)[^>]+(href|src)="https?://', home + dynamics), "a resource from the network"
     top = (site / "api" / "top-level" / "index.html").read_text()
     for anchor in ("jaxicl.population_loss", "jaxicl.sweep.sweep", "jaxicl.sensitivity.sensitivity"):
         assert f'id="{anchor}"' in top, anchor
