@@ -154,6 +154,71 @@ def gradient_flow(
         assert sol.losses.shape == (20,) and sol.models.W_kq.shape == (20, 4, 4)
         ```
     """
+    _check_arguments(t1, rtol, atol, ts, n_save, max_steps, divergence_threshold, dt0)
+    adjoint = _named(adjoint, ADJOINTS, "adjoint", "a diffrax adjoint")
+    solver = _named(solver, SOLVERS, "solver", "a diffrax solver")
+    backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
+    if backsolve and (steady_state_tol is not None or stop_when is not None or stop_at_loss is not None):
+        raise ValueError(
+            "adjoint='backsolve' takes no events: drop steady_state_tol / stop_when / stop_at_loss, or use "
+            "adjoint='recursive'."
+        )
+    dynamic, static = eqx.partition(params, eqx.is_inexact_array)
+
+    def loss_of(y):
+        return loss_fn(eqx.combine(y, static))
+
+    rate = per_leaf(1.0 if rates is None else rates, params)
+    if ts is None:
+        ts = log_time_grid(t1, n_save)
+    ts_on_host = not isinstance(ts, jax.core.Tracer)
+    if ts_on_host:
+        _check_save_times(np.asarray(ts), float(t1))
+    dtype = _integrable_dtype(dynamic)
+    ts = jnp.asarray(ts).astype(dtype)
+
+    # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
+    # every adjoint can differentiate (BacksolveAdjoint cannot see through a closure). The solve and everything
+    # computed from its solution are one compiled program, `solve`, whose arrays are its arguments, not constants:
+    # computed op by op, the losses, norms and flags of a solution would be many small XLA programs per flow.
+    field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
+
+    def solve(dynamic, ts, field_args, dt0):
+        def vector_field(t, y, args):
+            loss_cc, r = args
+            return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
+
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            solver,
+            t0=0.0,
+            t1=float(t1),
+            dt0=dt0,
+            y0=dynamic,
+            args=field_args,
+            saveat=_save_at(ts, backsolve),
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            event=None
+            if backsolve
+            else _stop_event(divergence_threshold, steady_state_tol, stop_when, static, stop_at_loss, dtype),
+            max_steps=max_steps,
+            progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
+            adjoint=adjoint,
+            throw=False,
+        )
+        saved, final, t_final = _saved_and_final(sol, ts, backsolve)
+        if steady_state_tol is not None or stop_when is not None:
+            what = "steady_state_tol" if stop_when is None else "stop_when"
+            saved, final, t_final = _after_boolean_stop((saved, final, t_final), what)
+        return _flow_solution(sol, ts, saved, final, t_final, field_args[0], static, divergence_threshold, solver)
+
+    with _diffrax_save_time_checks_off() if ts_on_host else contextlib.nullcontext():
+        out = eqx.filter_jit(solve)(dynamic, ts, field_args, dt0)
+    return check_flow(out) if check else out
+
+
+def _check_arguments(t1, rtol, atol, ts, n_save, max_steps, divergence_threshold, dt0) -> None:
+    """`gradient_flow`'s scalar arguments, checked on the host before anything is traced."""
     if (
         isinstance(t1, (jax.core.Tracer, bool, str))
         or not isinstance(t1, (int, float, np.number, np.ndarray, jax.Array))
@@ -171,37 +236,21 @@ def gradient_flow(
         _validate.integer("gradient_flow: n_save", n_save, low=2)
     _validate.integer("gradient_flow: max_steps", max_steps)
     _validate.real("gradient_flow: divergence_threshold", divergence_threshold, gt=0, finite=False)
-    if isinstance(adjoint, str):
-        if adjoint not in ADJOINTS:
-            raise ValueError(
-                f"unknown adjoint {adjoint!r}; choose one of {sorted(ADJOINTS)} or pass a diffrax adjoint."
-            )
-        adjoint = ADJOINTS[adjoint]()
-    backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
-    if backsolve and (steady_state_tol is not None or stop_when is not None or stop_at_loss is not None):
-        raise ValueError(
-            "adjoint='backsolve' takes no events: drop steady_state_tol / stop_when / stop_at_loss, or use "
-            "adjoint='recursive'."
-        )
-    dynamic, static = eqx.partition(params, eqx.is_inexact_array)
-
-    def loss_of(y):
-        return loss_fn(eqx.combine(y, static))
-
-    rate = per_leaf(1.0 if rates is None else rates, params)
-    if isinstance(solver, str):
-        if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; choose one of {sorted(SOLVERS)}.")
-        solver = SOLVERS[solver]()
-    if ts is None:
-        ts = log_time_grid(t1, n_save)
-    ts_on_host = not isinstance(ts, jax.core.Tracer)
-    if ts_on_host:
-        _check_save_times(np.asarray(ts), float(t1))
     if dt0 is not None and not isinstance(dt0, jax.core.Tracer) and not dt0 > 0:
         raise ValueError(f"dt0 must be positive (the flow runs forward from t = 0), got {dt0}.")
-    ts = jnp.asarray(ts)
-    dtype = jax.tree_util.tree_leaves(dynamic)[0].dtype
+
+
+def _named(choice, options: dict, what: str, instead: str):
+    """``options[choice]()`` for a name, ``choice`` itself otherwise (a diffrax solver or adjoint)."""
+    if not isinstance(choice, str):
+        return choice
+    if choice not in options:
+        raise ValueError(f"unknown {what} {choice!r}; choose one of {sorted(options)} or pass {instead}.")
+    return options[choice]()
+
+
+def _integrable_dtype(dynamic):
+    """The dtype of the integrated leaves; half precision is refused (an adaptive solve's error estimates underflow)."""
     low = sorted({str(x.dtype) for x in jax.tree_util.tree_leaves(dynamic) if jnp.finfo(x.dtype).bits < 32})
     if low:
         raise TypeError(
@@ -209,116 +258,81 @@ def gradient_flow(
             "or float64 (its error estimates and step-size control underflow in half precision): cast the "
             "model, e.g. jaxicl.dynamics.cast_floating(model, jnp.float32)."
         )
-    ts = ts.astype(dtype)
+    return jax.tree_util.tree_leaves(dynamic)[0].dtype
 
-    # everything the vector field depends on travels as diffrax's `args` (closed-over arrays made explicit), which
-    # every adjoint can differentiate (BacksolveAdjoint cannot see through a closure). The solve and everything
-    # computed from its solution are one compiled program, `solve`, whose arrays are its arguments, not constants:
-    # computed op by op, the losses, norms and flags of a solution would be some 190 small XLA programs per flow.
-    field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
 
-    def solve(dynamic, ts, field_args, dt0):
-        loss_cc = field_args[0]
-        grad_cc = jax.grad(loss_cc)
+def _stop_event(divergence_threshold, steady_state_tol, stop_when, static, stop_at_loss, dtype) -> diffrax.Event:
+    """The event that ends a flow: divergence, and the optional steady state, ``stop_when`` and loss level (the last
+    located by a Newton root find on L(θ(t)) − level, so that its time is differentiable)."""
 
-        def vector_field(t, y, args):
-            loss_cc, r = args
-            return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
+    def cond_fn(t, y, args, **kwargs):
+        norm = _tree_norm(y)
+        stop = ~jnp.isfinite(norm) | (norm > divergence_threshold)
+        if steady_state_tol is not None:
+            stop = stop | (_tree_norm(jax.grad(args[0])(y)) < steady_state_tol)
+        if stop_when is not None:
+            stop = stop | stop_when(eqx.combine(y, static))
+        return stop
 
-        def cond_fn(t, y, args, **kwargs):
-            norm = _tree_norm(y)
-            stop = ~jnp.isfinite(norm) | (norm > divergence_threshold)
-            if steady_state_tol is not None:
-                stop = stop | (_tree_norm(jax.grad(args[0])(y)) < steady_state_tol)
-            if stop_when is not None:
-                stop = stop | stop_when(eqx.combine(y, static))
-            return stop
+    if stop_at_loss is None:
+        return diffrax.Event(cond_fn)
+    import optimistix as optx
 
-        if stop_at_loss is None:
-            event = diffrax.Event(cond_fn)
-        else:
-            import optimistix as optx
+    level = jnp.asarray(stop_at_loss, dtype=dtype)
+    return diffrax.Event(
+        (cond_fn, lambda t, y, args, **kw: args[0](y) - level),
+        root_finder=optx.Newton(
+            rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
+            atol=1e-12 if level.dtype == jnp.float64 else 1e-6,
+        ),
+    )
 
-            level = jnp.asarray(stop_at_loss, dtype=dtype)
-            event = diffrax.Event(
-                (cond_fn, lambda t, y, args, **kw: args[0](y) - level),
-                root_finder=optx.Newton(
-                    rtol=1e-10 if level.dtype == jnp.float64 else 1e-5,
-                    atol=1e-12 if level.dtype == jnp.float64 else 1e-6,
-                ),
-            )
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(vector_field),
-            solver,
-            t0=0.0,
-            t1=float(t1),
-            dt0=dt0,
-            y0=dynamic,
-            args=field_args,
-            # the requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)
-            saveat=(
-                diffrax.SaveAt(ts=ts, t1=True)
-                if backsolve
-                else diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
-            ),
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-            event=None if backsolve else event,
-            max_steps=max_steps,
-            progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
-            adjoint=adjoint,
-            throw=False,
-        )
-        if backsolve:
-            saved, final = (
-                jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys),
-                jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys),
-            )
-            t_final = sol.ts[-1]
-        else:
-            saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
-            t_final = sol.ts[1][0]
-        reached = ts <= t_final  # save times after an early stop are not reached (diffrax fills inf)
-        saved = jax.tree_util.tree_map(
-            lambda s, f: jnp.where(reached.reshape((-1,) + (1,) * f.ndim), s, f[None]), saved, final
-        )
-        if steady_state_tol is not None or stop_when is not None:
-            # the stop time of a boolean event is the end of a solver step: its derivative is lost, so a derivative
-            # of anything after it would silently miss d(stop time)/dθ
-            what = "steady_state_tol" if stop_when is None else "stop_when"
-            saved, final, t_final = _not_differentiable(
-                (saved, final, t_final),
-                f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
-                f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
-                "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.",
-            )
-        losses = jax.vmap(loss_cc)(saved)
-        grad_norms = jax.vmap(lambda y: _tree_norm(grad_cc(y)))(saved)
-        final_norm = _tree_norm(final)
-        final_loss = loss_cc(final)
-        bad_state = ~jnp.isfinite(final_norm) | (final_norm > divergence_threshold) | ~jnp.isfinite(final_loss)
-        event_hit = sol.result == diffrax.RESULTS.event_occurred
-        failed = (sol.result != diffrax.RESULTS.successful) & ~event_hit
-        # a solver that stalls while the gradient explodes is a finite-time blow-up, not stiffness
-        blow_up = failed & (grad_norms[-1] > 1e3 * (grad_norms[0] + 1.0))
-        bad_state = bad_state | blow_up
-        return FlowSolution(
-            ts=ts,
-            models=eqx.combine(saved, static),
-            losses=losses,
-            grad_norms=grad_norms,
-            final=eqx.combine(final, static),
-            t_final=t_final,
-            num_steps=sol.stats["num_accepted_steps"],
-            num_grad_evals=sol.stats["num_steps"] * _stages(solver),
-            stopped_by_event=event_hit & ~bad_state,
-            diverged=bad_state,
-            solver_failed=failed & ~bad_state,
-            result=sol.result,
-        )
 
-    with _diffrax_save_time_checks_off() if ts_on_host else contextlib.nullcontext():
-        out = eqx.filter_jit(solve)(dynamic, ts, field_args, dt0)
-    return check_flow(out) if check else out
+def _saved_and_final(sol: diffrax.Solution, ts, backsolve: bool):
+    """(the states at ``ts``, the final state, its time) of a solve; save times after an early stop hold the final
+    state (diffrax fills them with inf)."""
+    if backsolve:
+        saved = jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys)
+        final = jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys)
+        t_final = sol.ts[-1]
+    else:
+        saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
+        t_final = sol.ts[1][0]
+    reached = ts <= t_final
+    saved = jax.tree_util.tree_map(
+        lambda s, f: jnp.where(reached.reshape((-1,) + (1,) * f.ndim), s, f[None]), saved, final
+    )
+    return saved, final, t_final
+
+
+def _flow_solution(sol, ts, saved, final, t_final, loss_cc, static, divergence_threshold, solver) -> "FlowSolution":
+    """The `FlowSolution` of a solve: losses and gradient norms at the saved states, and the flags that tell a
+    divergence (non-finite or exploding state, or a blow-up that stalls the solver) from a solver failure."""
+    grad_cc = jax.grad(loss_cc)
+    losses = jax.vmap(loss_cc)(saved)
+    grad_norms = jax.vmap(lambda y: _tree_norm(grad_cc(y)))(saved)
+    final_norm = _tree_norm(final)
+    final_loss = loss_cc(final)
+    bad_state = ~jnp.isfinite(final_norm) | (final_norm > divergence_threshold) | ~jnp.isfinite(final_loss)
+    event_hit = sol.result == diffrax.RESULTS.event_occurred
+    failed = (sol.result != diffrax.RESULTS.successful) & ~event_hit
+    # a solver that stalls while the gradient explodes is a finite-time blow-up, not stiffness
+    blow_up = failed & (grad_norms[-1] > 1e3 * (grad_norms[0] + 1.0))
+    bad_state = bad_state | blow_up
+    return FlowSolution(
+        ts=ts,
+        models=eqx.combine(saved, static),
+        losses=losses,
+        grad_norms=grad_norms,
+        final=eqx.combine(final, static),
+        t_final=t_final,
+        num_steps=sol.stats["num_accepted_steps"],
+        num_grad_evals=sol.stats["num_steps"] * _stages(solver),
+        stopped_by_event=event_hit & ~bad_state,
+        diverged=bad_state,
+        solver_failed=failed & ~bad_state,
+        result=sol.result,
+    )
 
 
 def _check_save_times(ts: np.ndarray, t1: float) -> None:
@@ -351,6 +365,25 @@ def _diffrax_save_time_checks_off():
 
 
 _DIFFRAX_CHECKS_OFF = threading.Lock()
+
+
+def _save_at(ts, backsolve: bool) -> diffrax.SaveAt:
+    """The requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)."""
+    if backsolve:
+        return diffrax.SaveAt(ts=ts, t1=True)
+    return diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
+
+
+def _after_boolean_stop(tree, what: str):
+    """``tree`` (saved states, final state, stop time) unchanged, and not differentiable: the stop time of a boolean
+    event is the end of a solver step, so its derivative is lost, and a derivative of anything after it would
+    silently miss d(stop time)/dθ."""
+    return _not_differentiable(
+        tree,
+        f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
+        f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
+        "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.",
+    )
 
 
 def _not_differentiable(tree, message: str):
