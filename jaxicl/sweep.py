@@ -395,9 +395,7 @@ def sweep(
         assert ds["output"].shape == (3, 3)
         ```
     """
-    import xarray as xr
-
-    from . import __version__, _validate
+    from . import _validate
 
     if not callable(run_fn):
         raise TypeError(f"run_fn must be a function of one grid point, got {run_fn!r}.")
@@ -412,56 +410,16 @@ def sweep(
         raise SweepConfigError("devices is empty: pass at least one device (default: jax.devices()).")
     n_dev = len(devices)
     requested = chunk_size
-    if chunk_size is None:
-        chunk_size = min(1024, -(-n_points // n_dev) * n_dev)
-    chunk_size = -(-int(chunk_size) // n_dev) * n_dev  # a multiple of the device count
-
-    params = inspect.signature(run_fn).parameters
-    takes_key = "key" in params
-    missing = [a for a in axes if a not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values())]
-    if missing:
-        raise SweepConfigError(f"run_fn has no argument for grid axis(es) {missing}.")
-    if takes_key and "seed" not in axes:
-        raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
+    chunk_size = -(-int(min(1024, n_points) if chunk_size is None else chunk_size) // n_dev) * n_dev  # a multiple
+    takes_key = _takes_key(run_fn, axes)
     base_key = jax.device_put(
         jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made
         _point_sharding(tuple(devices), ()),
     )
     budget = device_memory_budget(devices[0]) if memory_budget is None else int(memory_budget)
-
-    sharding = _point_sharding(tuple(devices))
-
-    def as_jax_dtype(v):
-        return v.astype(np.int32) if v.dtype.kind in "iu" else v.astype(jnp.result_type(float))
-
-    def chunk_inputs(c):
-        lo = c * chunk_size
-        idx = np.minimum(np.arange(lo, lo + chunk_size), n_points - 1)  # pad by repeating the last point
-        local = {k: as_jax_dtype(v) for k, v in _points(axes, idx).items()}
-        return {
-            k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in local.items()
-        }
-
-    def gather(tree):
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            tree = multihost_utils.process_allgather(tree, tiled=True)
-        return jax.tree_util.tree_map(np.asarray, tree)
-
     out_dir = Path(out) if out is not None else None
     fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else chunk_size, meta)
-    dtypes = tuple((k, as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
-
-    def check_outputs_fit(chunk_bytes: int) -> None:  # from the compiled program, or the first chunk read back
-        point_bytes = chunk_bytes // chunk_size
-        shape = " x ".join(str(v.size) for v in axes.values())
-        _check_fits(
-            f"the outputs of the grid's {n_points:,} points ({shape}; {point_bytes:,} bytes each, gathered on "
-            "the host and stacked)",
-            2 * n_points * point_bytes,
-            None,
-        )
+    dtypes = tuple((k, _as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
 
     stored_chunk_size = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
     program, outputs_checked = None, False
@@ -469,9 +427,7 @@ def sweep(
         chunk_size = stored_chunk_size
     else:
         chunk_size, program = _fitting_chunk(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key, budget)
-        check_outputs_fit(
-            sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(program.out_info))
-        )
+        _check_outputs_fit(axes, _out_bytes(program) // chunk_size)
         outputs_checked = True
         if out_dir is not None and jax.process_index() == 0:
             atomic_write_text(
@@ -479,15 +435,8 @@ def sweep(
             )
     n_chunks = -(-n_points // chunk_size)
     digest = _config_digest(fingerprint, chunk_size)
-
-    if progress is None:
-        progress = sys.stderr.isatty()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_points, unit="pt", desc="sweep", smoothing=0.1)
-
+    bar = _progress_bar(n_points, progress)
+    sharding = _point_sharding(tuple(devices))
     results, names, like = [], None, None
     for c in range(n_chunks):
         lo, hi = c * chunk_size, min((c + 1) * chunk_size, n_points)
@@ -497,13 +446,13 @@ def sweep(
             chunk_names, leaves = saved
         else:
             program = program or _compiled(run_fn, takes_key, tuple(devices), dtypes, chunk_size, base_key)
-            tree = gather(program(chunk_inputs(c), base_key))
+            tree = _gather(program(_chunk_inputs(axes, lo, chunk_size, sharding), base_key))
             leaves = jax.tree_util.tree_leaves(tree)
             chunk_names = _leaf_names(tree)
             if path is not None and jax.process_index() == 0:
                 _save_chunk(path, chunk_names, leaves, lo, hi, digest)
         if not outputs_checked:  # resuming: the first chunk tells (every chunk holds chunk_size points)
-            check_outputs_fit(sum(np.asarray(x).nbytes for x in leaves))
+            _check_outputs_fit(axes, sum(np.asarray(x).nbytes for x in leaves) // chunk_size)
             outputs_checked = True
         names = names or chunk_names
         like = like or (names, [(np.shape(x)[1:], np.asarray(x).dtype) for x in leaves])
@@ -512,7 +461,95 @@ def sweep(
             bar.update(hi - lo)
     if bar is not None:
         bar.close()
+    attrs = _attrs(json.dumps(fingerprint), n_dev, chunk_size, n_chunks, budget)
+    return _dataset(axes, names, results, output_dims, output_coords, attrs)
 
+
+def _out_bytes(program) -> int:
+    """Bytes of a compiled chunk's outputs."""
+    leaves = jax.tree_util.tree_leaves(program.out_info)
+    return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves)
+
+
+def _attrs(config: str, n_dev: int, chunk_size: int, n_chunks: int, budget: int) -> dict:
+    """The dataset's record of how it was computed: the sweep's config, versions, backend and chunking."""
+    from . import __version__
+
+    return {
+        "config": config,
+        "jaxicl_version": __version__,
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "device_count": n_dev,
+        "process_count": jax.process_count(),
+        "chunk_size": chunk_size,
+        "n_chunks": n_chunks,
+        "memory_budget_bytes": budget,
+    }
+
+
+def _takes_key(run_fn, axes) -> bool:
+    """Whether ``run_fn`` takes a ``key``; every grid axis must be one of its arguments, and a key needs a seed axis."""
+    params = inspect.signature(run_fn).parameters
+    takes_key = "key" in params
+    missing = [a for a in axes if a not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values())]
+    if missing:
+        raise SweepConfigError(f"run_fn has no argument for grid axis(es) {missing}.")
+    if takes_key and "seed" not in axes:
+        raise SweepConfigError("run_fn takes `key`, so the grid needs a `seed` axis (it folds into the key).")
+    return takes_key
+
+
+def _as_jax_dtype(v: np.ndarray) -> np.ndarray:
+    """Integer axes arrive as int32, real ones in JAX's float (float64 under x64)."""
+    return v.astype(np.int32) if v.dtype.kind in "iu" else v.astype(jnp.result_type(float))
+
+
+def _chunk_inputs(axes, lo: int, chunk_size: int, sharding) -> dict[str, jax.Array]:
+    """The chunk of points from flat index ``lo``, sharded over the mesh; the last chunk is padded by repeating the
+    grid's last point, so every chunk has the same shape (one compilation)."""
+    n_points = math.prod(v.size for v in axes.values())
+    idx = np.minimum(np.arange(lo, lo + chunk_size), n_points - 1)
+    local = {k: _as_jax_dtype(v) for k, v in _points(axes, idx).items()}
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in local.items()}
+
+
+def _gather(tree):
+    """A chunk's outputs on this host (every process's shards, under ``jax.distributed``) as numpy arrays."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        tree = multihost_utils.process_allgather(tree, tiled=True)
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def _check_outputs_fit(axes, point_bytes: int) -> None:
+    """The outputs of every point, gathered on the host and stacked (twice their size at the end), fit in memory;
+    ``point_bytes`` is measured from the compiled program, or from the first chunk read back."""
+    n_points = math.prod(v.size for v in axes.values())
+    shape = " x ".join(str(v.size) for v in axes.values())
+    _check_fits(
+        f"the outputs of the grid's {n_points:,} points ({shape}; {point_bytes:,} bytes each, gathered on "
+        "the host and stacked)",
+        2 * n_points * point_bytes,
+        None,
+    )
+
+
+def _progress_bar(n_points: int, progress: bool | None):
+    """A tqdm bar over points (default: when stderr is a terminal), or None."""
+    if not (sys.stderr.isatty() if progress is None else progress):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n_points, unit="pt", desc="sweep", smoothing=0.1)
+
+
+def _dataset(axes, names, results, output_dims, output_coords, attrs):
+    """The chunks' outputs stacked into an ``xarray.Dataset``: the grid's dimensions, then each output's own."""
+    import xarray as xr
+
+    n_points = math.prod(v.size for v in axes.values())
     stacked = [np.concatenate([r[i] for r in results])[:n_points] for i in range(len(names))]
     shape = tuple(v.size for v in axes.values())
     output_dims = dict(output_dims or {})
@@ -525,15 +562,4 @@ def sweep(
                 f"output_dims[{name!r}] = {extra} but the output has {arr.ndim - len(shape)} own dims."
             )
         data_vars[name] = (tuple(axes) + extra, arr)
-    attrs = {
-        "config": json.dumps(fingerprint),
-        "jaxicl_version": __version__,
-        "jax_version": jax.__version__,
-        "backend": jax.default_backend(),
-        "device_count": n_dev,
-        "process_count": jax.process_count(),
-        "chunk_size": chunk_size,
-        "n_chunks": n_chunks,
-        "memory_budget_bytes": budget,
-    }
     return xr.Dataset(data_vars, coords={**{k: v for k, v in axes.items()}, **dict(output_coords or {})}, attrs=attrs)
