@@ -387,13 +387,7 @@ def train(
     )
     optimizer = optimizer or optax.adamw(1e-4)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    if ensemble:
-        _ensemble_size(params, static, key, member_data)
-    elif member_data is not None:
-        raise ValueError("train: member_data is for ensembles (ensemble=True).")
-    init = jax.vmap(optimizer.init) if ensemble else optimizer.init
-    opt_state = eqx.filter_jit(init)(params)  # one program, not one per parameter shape
-    fingerprint = _checkpoint.fingerprint(params, opt_state, config)
+    opt_state, fingerprint = _initial_state(params, static, optimizer, key, ensemble, member_data, config)
     params, opt_state, step, key, losses, evals, stored_seconds = _resume(
         checkpoint, params, opt_state, fingerprint, key, n_steps
     )
@@ -404,11 +398,7 @@ def train(
         return _plan_run(run_chunk, params, opt_state, static, key, step, n_steps, losses, ensemble, label, eval_fn)
 
     def evaluate(s):
-        if (
-            eval_fn is not None
-            and str(s) not in evals
-            and (s == 0 or (eval_every and s % eval_every == 0) or s == n_steps)
-        ):
+        if eval_fn is not None and str(s) not in evals and (s in (0, n_steps) or (eval_every and s % eval_every == 0)):
             evals[str(s)] = {k: np.asarray(v).tolist() for k, v in eval_fn(eqx.combine(params, static)).items()}
 
     def seconds_per_step():  # this call's measurement, else the one stored by the run it resumes
@@ -423,11 +413,7 @@ def train(
     from tqdm.auto import tqdm
 
     if progress and stored_seconds and step < n_steps:  # a resumed slice knows its step time before it starts
-        print(
-            f"[train] {label or 'run'}: {1e3 * stored_seconds:.3g} ms/step (measured by the previous slice); "
-            f"{n_steps - step:,} steps to go ≈ {(n_steps - step) * stored_seconds / 60:.3g} min",
-            flush=True,
-        )
+        _say(label, stored_seconds, "measured by the previous slice", n_steps - step)
     bar = tqdm(total=n_steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
     evaluate(step)
     timed_steps, timed_seconds, first = 0, 0.0, True
@@ -435,30 +421,17 @@ def train(
     def out_of_time():
         return time_limit is not None and (seconds_per_step() or 0.0) * step >= time_limit
 
-    while step < n_steps and (deadline is None or first or time.time() < deadline) and not out_of_time():
-        # ≥ 1 chunk per call under a deadline
+    def past_deadline():
+        return deadline is not None and time.time() >= deadline
+
+    while step < n_steps and (first or not past_deadline()) and not out_of_time():  # ≥ 1 chunk per call
         n = min(chunk_size, n_steps - step)
-        lap = StageTimer()
-        try:
-            (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(step, n))
-        except (ValueError, TypeError) as e:
-            if first and not ensemble and _looks_stacked(params):
-                raise ValueError(
-                    f"train: the loss failed on the model ({e}). Every floating-point leaf of the model has "
-                    "one leading axis of the same size: if it is a stack of models (stack_members), pass "
-                    "ensemble=True with one key per member."
-                ) from e
-            raise
-        chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
-        chunk = lap.lap("chunk")
-        seconds = chunk.wall
+        new_params, new_state, chunk_losses, chunk = _timed_chunk(
+            run_chunk, params, opt_state, key, step, n, hint=first and not ensemble
+        )
         if first and progress:
-            per_step = chunk.run / n
-            left = n_steps - step - n
-            print(
-                f"[train] {label or 'run'}: {1e3 * per_step:.3g} ms/step (first chunk, compilation of "
-                f"{chunk.compile:.1f} s excluded); {left:,} steps to go ≈ {left * per_step / 60:.3g} min",
-                flush=True,
+            _say(
+                label, chunk.run / n, f"first chunk, compilation of {chunk.compile:.1f} s excluded", n_steps - step - n
             )
         check_finite_curve(chunk_losses, "training loss", first_step=step)
         params, opt_state = new_params, new_state
@@ -467,38 +440,60 @@ def train(
         timed_steps, timed_seconds = timed_steps + n, timed_seconds + chunk.run  # compilation excluded
         first = False
         bar.update(n)
-        bar.set_postfix(loss=f"{float(np.mean(chunk_losses)):.4g}", steps_per_s=f"{n / seconds:.1f}")
+        bar.set_postfix(loss=f"{float(np.mean(chunk_losses)):.4g}", steps_per_s=f"{n / chunk.wall:.1f}")
         evaluate(step)
-        if (
-            step % checkpoint_every == 0
-            or step == n_steps
-            or (deadline is not None and time.time() >= deadline)
-            or out_of_time()
-        ):
+        if step % checkpoint_every == 0 or step == n_steps or past_deadline() or out_of_time():
             save(step)
     bar.close()
     eval_steps, eval_arrays = _eval_arrays(evals)
     time_limited = step < n_steps and out_of_time()
-    if time_limited and progress:
-        print(f"[train] {label or 'run'}: time limit of {time_limit:.3g} s reached at step {step:,}", flush=True)
-    elif step < n_steps and progress:
-        print(
-            f"[train] {label or 'run'}: deadline reached at step {step:,} of {n_steps:,}; checkpointed, run again "
-            "to resume",
-            flush=True,
-        )
+    if step < n_steps and progress:
+        stop = f"time limit of {time_limit:.3g} s reached" if time_limited else "deadline reached"
+        resume = "" if time_limited else f" of {n_steps:,}; checkpointed, run again to resume"
+        print(f"[train] {label or 'run'}: {stop} at step {step:,}{resume}", flush=True)
     sps = seconds_per_step()
+    model, losses, rate = eqx.combine(params, static), np.asarray(losses), 1 / sps if sps else float("nan")
     return TrainResult(
-        eqx.combine(params, static),
-        opt_state,
-        np.asarray(losses),
-        eval_steps,
-        eval_arrays,
-        1 / sps if sps else float("nan"),
-        resumed_from,
-        step,
-        n_steps,
-        time_limited,
+        model, opt_state, losses, eval_steps, eval_arrays, rate, resumed_from, step, n_steps, time_limited
+    )
+
+
+def _initial_state(params, static, optimizer, key, ensemble: bool, member_data, config):
+    """(the optimizer's initial state, the run's checkpoint fingerprint); an ensemble's members and keys checked."""
+    if ensemble:
+        _ensemble_size(params, static, key, member_data)
+    elif member_data is not None:
+        raise ValueError("train: member_data is for ensembles (ensemble=True).")
+    init = jax.vmap(optimizer.init) if ensemble else optimizer.init
+    opt_state = eqx.filter_jit(init)(params)  # one program, not one per parameter shape
+    return opt_state, _checkpoint.fingerprint(params, opt_state, config)
+
+
+def _timed_chunk(run_chunk, params, opt_state, key, step: int, n: int, hint: bool):
+    """One compiled chunk of ``n`` steps from ``step``: (parameters, optimizer state, losses as numpy, its
+    `StageTimer` lap, compilation apart from the run). ``hint``: a failing loss on what looks like a stack of models
+    says to pass ``ensemble=True``."""
+    lap = StageTimer()
+    try:
+        (new_params, new_state), chunk_losses = run_chunk(params, opt_state, key, steps_from(step, n))
+    except (ValueError, TypeError) as e:
+        if hint and _looks_stacked(params):
+            raise ValueError(
+                f"train: the loss failed on the model ({e}). Every floating-point leaf of the model has "
+                "one leading axis of the same size: if it is a stack of models (stack_members), pass "
+                "ensemble=True with one key per member."
+            ) from e
+        raise
+    chunk_losses = np.asarray(chunk_losses)  # waits for the chunk
+    return new_params, new_state, chunk_losses, lap.lap("chunk")
+
+
+def _say(label, seconds_per_step: float, measured: str, left: int) -> None:
+    """The step time and the estimated time to finish, before training or after its first chunk."""
+    print(
+        f"[train] {label or 'run'}: {1e3 * seconds_per_step:.3g} ms/step ({measured}); "
+        f"{left:,} steps to go ≈ {left * seconds_per_step / 60:.3g} min",
+        flush=True,
     )
 
 
