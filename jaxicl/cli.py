@@ -297,6 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list the registered reproductions")
     p.set_defaults(func=_cmd_list)
+    _add_reproduce_command(sub)
+    _add_config_command(sub)
+    _add_sweep_command(sub)
+    return parser
+
+
+def _add_reproduce_command(sub) -> None:
+    """`jaxicl reproduce`: its sizes, output, progress, time budget, jobs and settings."""
     p = sub.add_parser("reproduce", help="reproduce papers' figures and theorem checks; writes OUT/report.md")
     p.add_argument("names", nargs="*", help="reproductions to run (default: all, see `jaxicl list`)")
     g = p.add_mutually_exclusive_group()
@@ -360,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_options(p)
     _add_device_option(p)
     p.set_defaults(func=_cmd_reproduce)
+
+
+def _add_config_command(sub) -> None:
+    """`jaxicl config NAME`: a paper's settings at a size, as TOML."""
     p = sub.add_parser("config", help="print a paper's settings as a TOML file to start from (--config FILE)")
     p.add_argument("name", help="the reproduction (see `jaxicl list`)")
     g = p.add_mutually_exclusive_group()
@@ -367,6 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trained", action="store_true", help="the size where the trained claims are asserted")
     g.add_argument("--full", action="store_true", help="the paper's size")
     p.set_defaults(func=_cmd_config)
+
+
+def _add_sweep_command(sub) -> None:
+    """`jaxicl sweep`: a TOML-described sweep, or a reproduction's stage over a grid."""
     p = sub.add_parser(
         "sweep",
         help="run a sweep described in a TOML file (see jaxicl.sweep_config), or a "
@@ -397,7 +413,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_options(p)
     _add_device_option(p)
     p.set_defaults(func=_cmd_sweep)
-    return parser
 
 
 def main(argv=None) -> int:
