@@ -344,8 +344,6 @@ def _run_in_processes(
     started once more. With ``record_times``, a whole quick run records each job's wall time for the next run's order
     (`record_seconds`). A process that fails (not a failed check: a crash, or a second deadlock) raises ``RuntimeError``
     naming the paper (and part) once the others have finished (`JobFailed`)."""
-    import pickle
-    import signal
     import tempfile
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -367,40 +365,15 @@ def _run_in_processes(
             t0 = time.perf_counter()
             result_file = Path(tmp) / f"{label.replace('/', '-')}.pkl"
             mine = (overrides or {}).get(name)
-            with devices.claim() as device:  # one process at a time holds the accelerator
-                for attempt in (1, 2):  # a deadlocked process is stopped and started once more (cache, checkpoints)
-                    cmd = _child_command(
-                        name,
-                        size,
-                        out,
-                        progress,
-                        end,
-                        transformers,
-                        result_file,
-                        threads,
-                        part,
-                        device,
-                        **({"overrides": mine} if mine else {}),
-                    )
-                    rc = run_watched(cmd, label)
-                    if rc is not None:
-                        break
-                    if attempt == 1:
-                        print(f"[jaxicl] {label}: starting it again", flush=True)
-            if rc is None:
-                raise JobFailed(
-                    f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
-                    "deadlock, see benchmarks/README.md); its Python stacks are printed above"
-                )
-            if not result_file.exists():
-                why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
-                raise JobFailed(
-                    f"the {label} reproduction's process {why} before it finished (its output is above); "
-                    "the other papers' results are in the incomplete run's report, its training checkpoints "
-                    "are kept: the same command resumes"
-                )
-            with open(result_file, "rb") as f:
-                (res,) = pickle.load(f)
+            settings = {"overrides": mine} if mine else {}
+            res = _job_result(
+                label,
+                lambda device: _child_command(
+                    name, size, out, progress, end, transformers, result_file, threads, part, device, **settings
+                ),
+                result_file,
+                devices,
+            )
             with lock:
                 seconds[label] = time.perf_counter() - t0
                 if part is not None:  # the paper's last part assembles it (datasets -> checks, figures, files)
@@ -429,6 +402,38 @@ def _run_in_processes(
         if future.exception() is not None:
             raise future.exception()
     return [results[n] for n in names if n in modules]
+
+
+def _job_result(label: str, command, result_file: Path, devices: AcceleratorOwner):
+    """Run one job's process, ``command(device)``, holding the accelerator if it gets one, and return the result it
+    pickled into ``result_file``. A deadlocked process is stopped and started once more (the compilation cache and
+    the training checkpoints keep its work); a second deadlock, or a process that ends without a result, raises
+    `JobFailed` naming the job."""
+    import pickle
+    import signal
+
+    with devices.claim() as device:  # one process at a time holds the accelerator
+        for attempt in (1, 2):
+            rc = run_watched(command(device), label)
+            if rc is not None:
+                break
+            if attempt == 1:
+                print(f"[jaxicl] {label}: starting it again", flush=True)
+    if rc is None:
+        raise JobFailed(
+            f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "
+            "deadlock, see benchmarks/README.md); its Python stacks are printed above"
+        )
+    if not result_file.exists():
+        why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
+        raise JobFailed(
+            f"the {label} reproduction's process {why} before it finished (its output is above); "
+            "the other papers' results are in the incomplete run's report, its training checkpoints "
+            "are kept: the same command resumes"
+        )
+    with open(result_file, "rb") as f:
+        (res,) = pickle.load(f)
+    return res
 
 
 __all__ = [
