@@ -785,7 +785,17 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
+    return [
+        _fig1_figure(plt, out, results, fam_loss, cfg),
+        _weights_figure(plt, out, results["levenberg_marquardt"][0], blk, cfg),
+        _fig3_figure(plt, out, blk, cfg),
+        _depth_context_figure(plt, out, ds_depth, ds_ctx, cfg),
+    ]
+
+
+def _fig1_figure(plt, out, results, fam_loss, cfg) -> str:
+    """Fig. 1: each layer's distances Dist(Σ½AΣ½, I) and Dist(A, I) over LM and L-BFGS iterations, and every
+    optimizer's training loss against the Thm 4 point's."""
     lm = results["levenberg_marquardt"][0]
     L = cfg.n_layers
     fig, axes = plt.subplots(1, L + 1, figsize=(4 * (L + 1), 3.4), layout="constrained")
@@ -808,9 +818,12 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     axes[L].set(xlabel="iteration", ylabel="training loss", title="loss (mean over seeds)")
     axes[L].legend(fontsize=7)
     fig.suptitle(f"Fig. 1: 3-layer (9), {cfg.seeds} seeds")
-    paths.append(save_paper_figure(fig, out, NAME, "fig1_thm4.png"))
+    return save_paper_figure(fig, out, NAME, "fig1_thm4.png")
 
-    # Fig. 2: heat maps of Σ^½ A_i Σ^½ (seed 0) and Fig. 4: B_i, A_i of (13)
+
+def _weights_figure(plt, out, lm, blk, cfg) -> str:
+    """Fig. 2: heat maps of Σ^½ A_i Σ^½ (seed 0), and Fig. 4: A_i of (13)."""
+    L = cfg.n_layers
     Rs = jax.jit(jax.vmap(ahn.sqrtm_psd))(lm["Sigma"])
     A = lm["final"].params.matrices()
     fig, axes = plt.subplots(2, L, figsize=(3.2 * L, 6), layout="constrained")
@@ -824,8 +837,12 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
         im = axes[1, i].imshow(A5, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
         axes[1, i].set_title(f"Fig. 4: A_{i} of (13) (shared scale)")
         fig.colorbar(im, ax=axes[1, i], shrink=0.8)
-    paths.append(save_paper_figure(fig, out, NAME, "fig2_fig4_weights.png"))
+    return save_paper_figure(fig, out, NAME, "fig2_fig4_weights.png")
 
+
+def _fig3_figure(plt, out, blk, cfg) -> str:
+    """Fig. 3: Dist(B_i, I) and Dist(Σ½A_iΣ½, I) of (13) over LM iterations, and its training loss."""
+    L = cfg.n_layers
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     it = np.arange(np.asarray(blk["blue"]).shape[1])
     for i in range(L - 1):
@@ -836,8 +853,11 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
     axes[0].legend(fontsize=7)
     axes[1].semilogy(it, np.asarray(blk["losses"]).mean(0))
     axes[1].set(xlabel="LM iteration", ylabel="training loss", title="Fig. 3(c)")
-    paths.append(save_paper_figure(fig, out, NAME, "fig3_thm5.png"))
+    return save_paper_figure(fig, out, NAME, "fig3_thm5.png")
 
+
+def _depth_context_figure(plt, out, ds_depth, ds_ctx, cfg) -> str:
+    """Test loss against depth and context length: the trained transformer, preconditioned GD, GD and OLS."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     for ax, ds, dim, label in (
         (axes[0], ds_depth, "depth", "layers / steps L"),
@@ -863,5 +883,4 @@ def _figures(out, results, blk, R_blk, ds_depth, ds_ctx, fam_loss, cfg):
         ax.legend(fontsize=7)
     axes[0].set_title(f"depth, n = {cfg.n}")
     axes[1].set_title(f"context, L = {cfg.n_layers}")
-    paths.append(save_paper_figure(fig, out, NAME, "depth_context.png"))
-    return paths
+    return save_paper_figure(fig, out, NAME, "depth_context.png")

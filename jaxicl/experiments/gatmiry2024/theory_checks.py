@@ -201,9 +201,29 @@ def check_thm3(cfg: Config, key):
 
 def check_thm6_thm7(cfg: Config):
     """Thm 6 (multilayer minimiser blows up out of distribution) and Thm 7 (looped stays bounded)."""
-    alpha, beta, d = 1.0, 100.0, cfg.d
+    alpha, beta = 1.0, 100.0
     eps_mass, delta_p = 0.5, 0.5
     c = 8 * alpha  # the OOD covariance c·I, 8α ≤ c ≤ (1 − δ′)β
+    r = _thm6_losses(cfg, alpha, beta, c, eps_mass, delta_p)
+    checks = _thm6_checks(r, c, eps_mass) + _thm7_checks(cfg, alpha, beta)
+    ds = xr.Dataset(
+        {
+            "train_loss": ("L", r[:, 1]),
+            "multilayer_ood": ("L", r[:, 2]),
+            "bound_proved": ("L", r[:, 3]),
+            "bound_stated": ("L", r[:, 4]),
+            "looped_ood": ("L", r[:, 5]),
+        },
+        coords={"L": r[:, 0].astype(int)},
+        attrs={"alpha": alpha, "beta": beta, "ood_mass": eps_mass, "delta_prime": delta_p, "ood_scale": c},
+    )
+    return checks, ds
+
+
+def _thm6_losses(cfg: Config, alpha: float, beta: float, c: float, eps_mass: float, delta_p: float) -> np.ndarray:
+    """Per depth L of ``cfg.thm6_depths``: (L, the multilayer minimiser's training loss, its OOD loss with mass
+    ``eps_mass`` on c·I, Thm 6's bound as proved, as stated, the looped minimiser's OOD loss)."""
+    d = cfg.d
     # every loss of every depth in one program: layers padded with zeros to the largest depth (fixed_gram_depth_curves)
     depths = list(cfg.thm6_depths)
     L_max = max(depths)
@@ -231,9 +251,13 @@ def check_thm6_thm7(cfg: Config):
         )
         for L, v in zip(depths, last)
     ]
-    r = np.array(rows)
+    return np.array(rows)
+
+
+def _thm6_checks(r: np.ndarray, c: float, eps_mass: float) -> list[Check]:
+    """Thm 6's zero training loss and OOD lower bound, and the looped minimiser below the multilayer one."""
     slope = np.polyfit(r[:, 0], np.log(r[:, 2]), 1)[0]
-    checks = [
+    return [
         Check(
             "Thm 6: A_t = B_t⁻¹ is a global minimiser (zero training loss)",
             "0",
@@ -257,6 +281,11 @@ def check_thm6_thm7(cfg: Config):
             bool(np.all(r[1:, 5] < r[1:, 2]) and np.all(np.diff(r[:, 5]) <= 1e-12 * r[:-1, 5])),
         ),
     ]
+
+
+def _thm7_checks(cfg: Config, alpha: float, beta: float) -> list[Check]:
+    """Thm 7: the looped minimiser's eq. (13) and its loss bound on the right-spread-out distribution."""
+    d = cfg.d
     # Thm 7: A*⁻¹ ≽ ((1−δ)β/2)(1 − ln(d/ε)/L) I (eq. 13) and the OOD bound, ε = 1/L, δ = 0
     ok13, okb, vals = True, True, []
     for L in cfg.thm7_depths:
@@ -273,7 +302,7 @@ def check_thm6_thm7(cfg: Config):
         okb &= bool(ood <= bound)
         vals.append((L, inv_min, lower, ood, bound))
     v = np.array(vals)
-    checks += [
+    return [
         Check(
             "Thm 7 (eq. 13): looped minimiser A*⁻¹ ≽ (β/2)(1 − ln(dL)/L) I on the (1/L, 0) right-spread-out P",
             fmt(v[:, 2], 3),
@@ -291,18 +320,6 @@ def check_thm6_thm7(cfg: Config):
             kind="formulas",
         ),
     ]
-    ds = xr.Dataset(
-        {
-            "train_loss": ("L", r[:, 1]),
-            "multilayer_ood": ("L", r[:, 2]),
-            "bound_proved": ("L", r[:, 3]),
-            "bound_stated": ("L", r[:, 4]),
-            "looped_ood": ("L", r[:, 5]),
-        },
-        coords={"L": r[:, 0].astype(int)},
-        attrs={"alpha": alpha, "beta": beta, "ood_mass": eps_mass, "delta_prime": delta_p, "ood_scale": c},
-    )
-    return checks, ds
 
 
 def _monotone_from(vals, rtol: float = 1e-12) -> int:

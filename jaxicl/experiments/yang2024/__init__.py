@@ -136,6 +136,23 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
     A = Y.optimal_prediction_matrix(task)
     excess = _excess_fn(task, A)
     c = Y.theorem1_constants(model0, task)
+    thm1, curve_th, t_th, bound = _theorem1_at_its_step_sizes(cfg, task, model0, excess, c)
+    thm2, curve, every_p, T21 = _theorem2_after_practical_training(cfg, task, model0, excess, c, A, key)
+    ds = xr.Dataset(
+        {
+            "delta_theorem_steps": ("t_theorem", curve_th),
+            "bound": ("t_theorem", bound),
+            "delta_practical": ("t_practical", curve),
+        },
+        coords={"t_theorem": t_th, "t_practical": np.arange(curve.size) * every_p},
+        attrs={k: v for k, v in dataclasses.asdict(c).items()} | {"T_eq21": T21},
+    )
+    return thm1 + thm2, ds
+
+
+def _theorem1_at_its_step_sizes(cfg: Config, task, model0, excess, c):
+    """Thm 1's bound (18) and induction hypotheses (43a, b) on a run at the theorem's own step sizes: (checks, the
+    excess-loss curve, its steps, the bound there)."""
     every = 100
     # checked on the host, not in the program (an eqx.error_if would keep it out of the persistent compilation cache)
     final_th, curve_th = jax.jit(
@@ -148,6 +165,32 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
     bound = c.delta0 * c.rate**t_th
     curve_th = np.asarray(curve_th)
 
+    small = f"N = {cfg.th_N}, K = {cfg.th_K}, d = {cfg.th_d}, m = {cfg.th_m}, H = {cfg.th_heads}, τ = {cfg.th_tau}"
+    checks = [
+        Check(
+            f"Thm 1 (18) at the theorem's step sizes η_Q = 1/L = {c.eta_Q:.2g}, η_w = γ²η_Q = {c.eta_w:.3g} ({small})",
+            f"Δ(t) ≤ (1 − η_wζ0/2K)^t Δ(0), rate 1 − {1 - c.rate:.2g}",
+            f"max Δ(t)/bound = {fmt(np.max(curve_th / bound), 3)} over {cfg.th_paper_steps} steps",
+            "≤ 1",
+            bool(np.all(curve_th <= bound * (1 + 1e-10))),
+        ),
+        Check(
+            "Thm 1 induction hypotheses (43a), (43b) at the end of that run",
+            f"|w|/γ ≤ ᾱ = {c.alpha_bar:.3g}; ζ ≥ ζ0/2 = {c.zeta0 / 2:.3g}",
+            f"{float(jnp.max(jnp.abs(final_th.w))) / c.gamma:.3g}; {float(Y.zeta(final_th, task)):.3g}",
+            "—",
+            bool(
+                float(jnp.max(jnp.abs(final_th.w))) / c.gamma <= c.alpha_bar
+                and float(Y.zeta(final_th, task)) >= c.zeta0 / 2
+            ),
+        ),
+    ]
+    return checks, curve_th, t_th, bound
+
+
+def _theorem2_after_practical_training(cfg: Config, task, model0, excess, c, A, key):
+    """Thm 1's linear convergence, Lemma 5 and Thm 2's inference bounds after training with practical step sizes:
+    (checks, the excess-loss curve, its recording interval, the iterations Thm 2 (21) asks for)."""
     eta_w = 1.0 / float(Y.w_curvature(model0, task))
     eta_Q = 10.0
     every_p = cfg.th_steps // 100
@@ -180,25 +223,7 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
         )
     )
     T21 = Y.theorem2_iterations(c, task, B=B, eps=cfg.th_eps, delta=0.05)
-    small = f"N = {cfg.th_N}, K = {cfg.th_K}, d = {cfg.th_d}, m = {cfg.th_m}, H = {cfg.th_heads}, τ = {cfg.th_tau}"
     checks = [
-        Check(
-            f"Thm 1 (18) at the theorem's step sizes η_Q = 1/L = {c.eta_Q:.2g}, η_w = γ²η_Q = {c.eta_w:.3g} ({small})",
-            f"Δ(t) ≤ (1 − η_wζ0/2K)^t Δ(0), rate 1 − {1 - c.rate:.2g}",
-            f"max Δ(t)/bound = {fmt(np.max(curve_th / bound), 3)} over {cfg.th_paper_steps} steps",
-            "≤ 1",
-            bool(np.all(curve_th <= bound * (1 + 1e-10))),
-        ),
-        Check(
-            "Thm 1 induction hypotheses (43a), (43b) at the end of that run",
-            f"|w|/γ ≤ ᾱ = {c.alpha_bar:.3g}; ζ ≥ ζ0/2 = {c.zeta0 / 2:.3g}",
-            f"{float(jnp.max(jnp.abs(final_th.w))) / c.gamma:.3g}; {float(Y.zeta(final_th, task)):.3g}",
-            "—",
-            bool(
-                float(jnp.max(jnp.abs(final_th.w))) / c.gamma <= c.alpha_bar
-                and float(Y.zeta(final_th, task)) >= c.zeta0 / 2
-            ),
-        ),
         Check(
             f"Thm 1: linear convergence at practical steps (η_Q = {eta_Q:g}, η_w = 1/λ_max = {eta_w:.3g})",
             "slope of log Δ(t) < 0",
@@ -244,16 +269,7 @@ def check_theorems(cfg: Config, key) -> tuple[list[Check], xr.Dataset]:
             None,
         )
     )
-    ds = xr.Dataset(
-        {
-            "delta_theorem_steps": ("t_theorem", curve_th),
-            "bound": ("t_theorem", bound),
-            "delta_practical": ("t_practical", curve),
-        },
-        coords={"t_theorem": t_th, "t_practical": np.arange(curve.size) * every_p},
-        attrs={k: v for k, v in dataclasses.asdict(c).items()} | {"T_eq21": T21},
-    )
-    return checks, ds
+    return checks, curve, every_p, T21
 
 
 # --- Fig. 2(a): training and inference losses ---------------------------------------------------------------

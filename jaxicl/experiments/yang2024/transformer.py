@@ -93,16 +93,7 @@ def train_transformers(
 
         runs = []
         for i, H in enumerate(heads):
-            model = models.StandardTransformer(
-                keyed(10 + i),
-                tc.d + 1,
-                1,
-                n_layers=tc.n_layers,
-                d_model=tc.d_model,
-                n_heads=H,
-                d_ff=tc.d_ff,
-                max_len=tc.K,
-            )
+            model = _transformer(tc, H, keyed(10 + i))
             name = f"H={H}" + (f", seed {seed}" if seed else "")
             if progress:
                 print(f"  training the {tc.n_layers}-layer transformer, {name}", flush=True)
@@ -125,28 +116,7 @@ def train_transformers(
                     config={"run": name, **{k: str(v) for k, v in dataclasses.asdict(tc).items()}},
                 )
             )
-        # a partial run (budget) has fewer steps and evaluations: NaN after the step it reached
-        curves = np.full((len(heads), tc.steps), np.nan)
-        evals = np.full((len(heads), len(eval_steps), len(tests)), np.nan)
-        for i, res in enumerate(runs):
-            curves[i, : len(res.losses)] = res.losses
-            at = np.searchsorted(eval_steps, res.eval_steps)
-            evals[i, at] = np.stack([res.evals[f"inference_{k}"] for k in tests], -1)
-        ds = xr.Dataset(
-            {
-                "loss": (("heads", "step"), curves),
-                "inference": (("heads", "eval_step", "test_set"), evals),
-                "step_seconds": ("heads", np.asarray([1 / r.steps_per_second for r in runs])),
-                "steps_trained": ("heads", np.asarray([int(r.step) for r in runs])),
-            },
-            coords={
-                "heads": heads,
-                "step": np.arange(1, tc.steps + 1),
-                "eval_step": eval_steps,
-                "test_set": list(tests),
-            },
-        )
-        return ds, runs
+        return _runs_dataset(runs, heads, tc.steps, eval_steps, list(tests)), runs
 
     plan(budget, len(heads) * tc.seeds)
     per_seed = [one_seed(seed) for seed in range(tc.seeds)]
@@ -160,6 +130,34 @@ def train_transformers(
             d_ff=tc.d_ff,
             status=partial_status([r for _, runs in per_seed for r in runs]) or "complete",
         )
+    )
+
+
+def _transformer(tc: TransformerConfig, H: int, key) -> models.StandardTransformer:
+    """The ``tc.n_layers``-layer transformer with H heads (tokens (x, y) of dimension d + 1, one output)."""
+    return models.StandardTransformer(
+        key, tc.d + 1, 1, n_layers=tc.n_layers, d_model=tc.d_model, n_heads=H, d_ff=tc.d_ff, max_len=tc.K
+    )
+
+
+def _runs_dataset(runs, heads, steps: int, eval_steps: np.ndarray, test_sets: list[str]) -> xr.Dataset:
+    """One seed's training runs (one per H) as a dataset: the loss of every step, the inference losses at every
+    evaluation, the seconds per step and the steps trained. A partial run (a budget) has fewer steps and
+    evaluations: NaN after the step it reached."""
+    curves = np.full((len(heads), steps), np.nan)
+    evals = np.full((len(heads), len(eval_steps), len(test_sets)), np.nan)
+    for i, res in enumerate(runs):
+        curves[i, : len(res.losses)] = res.losses
+        at = np.searchsorted(eval_steps, res.eval_steps)
+        evals[i, at] = np.stack([res.evals[f"inference_{k}"] for k in test_sets], -1)
+    return xr.Dataset(
+        {
+            "loss": (("heads", "step"), curves),
+            "inference": (("heads", "eval_step", "test_set"), evals),
+            "step_seconds": ("heads", np.asarray([1 / r.steps_per_second for r in runs])),
+            "steps_trained": ("heads", np.asarray([int(r.step) for r in runs])),
+        },
+        coords={"heads": heads, "step": np.arange(1, steps + 1), "eval_step": eval_steps, "test_set": test_sets},
     )
 
 
@@ -197,9 +195,15 @@ def _transformer_checks(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
 
 
 def _checks_one_seed(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
+    """Fig. 2(b)'s and Fig. 5's rows for one seed's runs."""
+    first = float(ds.sel(heads=tc.heads).loss.values[: tc.smooth].mean())  # the training loss at the start
+    return _fig2b_checks(ds, tc, first) + _fig5_checks(ds, tc, first)
+
+
+def _fig2b_checks(ds: xr.Dataset, tc: TransformerConfig, first: float) -> list[Check]:
+    """Fig. 2(b): the training loss approaches L⋆, the inference losses fall, out-of-domain above in-domain."""
     L_star = ds.attrs["L_star"]
     run = ds.sel(heads=tc.heads)
-    first = float(run.loss.values[: tc.smooth].mean())
     last = float(run.loss.values[-tc.smooth :].mean())
     frac = (last - L_star) / (first - L_star)
     inf0, inf1 = run.inference.values[0], run.inference.values[-1]
@@ -239,9 +243,16 @@ def _checks_one_seed(ds: xr.Dataset, tc: TransformerConfig) -> list[Check]:
             seeds=3,
         ),
     ]
+    return out
+
+
+def _fig5_checks(ds: xr.Dataset, tc: TransformerConfig, first: float) -> list[Check]:
+    """Fig. 5 at a fixed compute budget: every H near L⋆, the best H small, and the step times measured here."""
+    L_star = ds.attrs["L_star"]
     budget, n, loss, inf = at_budget(ds, tc)
     H = ds.heads.values
     excess = (loss - L_star) / (first - L_star)
+    out = []
     out.append(
         Check(
             f"Fig. 5: at a fixed compute budget ({budget:.3g} floating-point operations: {tc.steps} steps of "

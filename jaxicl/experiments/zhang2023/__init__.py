@@ -248,25 +248,43 @@ def _flows(r: _Run, m_bal, progress: bool) -> tuple[xr.Dataset, object]:
     """Thm 4.1: the gradient flow from Assumption 3.3 converges to (4.1) at the PL rate (5.8); flows from non-balanced
     random initialisations (the paper's open question) are reported. Returns the flows' dataset and the balanced
     flow's solution."""
-    cfg, keys, checks, notes, lap, Lam, task, d, N = (
-        r.cfg,
-        r.keys,
-        r.checks,
-        r.notes,
-        r.lap,
-        r.Lam,
-        r.task,
-        r.cfg.d,
-        r.cfg.N,
-    )
+    cfg, Lam = r.cfg, r.Lam
     flow = balanced_flow(cfg, m_bal, progress)
-    checks += flow.checks
-    notes.append(flow.note)
-    sol, lmin, gap, mu, loss_fn, bal = flow.sol, flow.lmin, flow.gap, flow.mu, flow.loss_fn, flow.balance
-    Gi = jnp.linalg.inv(zhang.gamma(Lam, N))
+    r.checks.extend(flow.checks)
+    r.notes.append(flow.note)
+    sol, lmin, gap, mu, bal = flow.sol, flow.lmin, flow.gap, flow.mu, flow.balance
+    Gi = jnp.linalg.inv(zhang.gamma(Lam, cfg.N))
+    r.lap("balanced flow")
+    rsols, row = _from_random_inits(cfg, next(r.keys), flow.loss_fn, lmin, r.task)
+    r.checks.append(row)
+    r.lap("random inits")
 
-    # non-balanced random inits (the paper's open question: reported, not asserted)
-    lap("balanced flow")
+    @jax.jit
+    def prod_err(models_t):
+        K_t, _, _, b_t = jax.vmap(lambda m: m.blocks())(models_t)
+        return jnp.linalg.norm(b_t[:, None, None] * K_t - Gi, axis=(1, 2)) / jnp.linalg.norm(Gi)
+
+    ds_flow = xr.Dataset(
+        {
+            "loss_gap": ("t", np.asarray(gap)),
+            "pl_bound": ("t", np.asarray(gap[0] * jnp.exp(-mu * sol.ts))),
+            "grad_norm": ("t", np.asarray(sol.grad_norms)),
+            "product_error": ("t", np.asarray(prod_err(sol.models))),
+            "balance": ("t", np.asarray(bal)),
+            "product_error_random_init": (("seed", "t_random"), np.asarray(jax.vmap(prod_err)(rsols.models))),
+            "loss_gap_random_init": (("seed", "t_random"), np.asarray(rsols.losses - lmin)),
+        },
+        coords={"t": np.asarray(sol.ts), "t_random": np.asarray(rsols.ts[0])},
+        attrs={"d": cfg.d, "N": cfg.N, "sigma": cfg.sigma, "mu": float(mu), "Lambda": np.asarray(Lam).ravel()},
+    )
+    return ds_flow, sol
+
+
+def _from_random_inits(cfg: Config, key, loss_fn, lmin, task):
+    """Flows from non-balanced random initialisations (the paper's open question: reported, not asserted): their
+    solutions, and the row saying how many reach min L and where the others stop (a spurious local minimum: its
+    gradient, and the Hessian of the entries that affect ŷ)."""
+    d = cfg.d
 
     def flow_from_random(k):
         m0 = models.LinearSelfAttention.random_init(d, 0.1, k)
@@ -274,7 +292,7 @@ def _flows(r: _Run, m_bal, progress: bool) -> tuple[xr.Dataset, object]:
             loss_fn, m0, cfg.t1 * 5, solver="kvaerno5", rtol=1e-8, atol=1e-10, check=False
         )  # checked below, on the host: keeps the program cacheable
 
-    rsols = dynamics.check_flow(jax.jit(jax.vmap(flow_from_random))(jax.random.split(next(keys), cfg.n_random_inits)))
+    rsols = dynamics.check_flow(jax.jit(jax.vmap(flow_from_random))(jax.random.split(key, cfg.n_random_inits)))
     rand_gap = np.asarray(rsols.losses[:, -1] - lmin)
 
     def relevant_hessian_min_eig(m):
@@ -302,37 +320,13 @@ def _flows(r: _Run, m_bal, progress: bool) -> tuple[xr.Dataset, object]:
             f"affect ŷ) eigenvalues ≥ {float(eig2[spurious, 0].min()):.1e}, next {float(eig2[spurious, 1].min()):.2g}: "
             "a spurious local minimum (one flat direction = the (γb, K/γ) symmetry)"
         )
-    checks.append(
-        Check(
-            f"non-balanced init (all entries N(0, 0.1²), {cfg.n_random_inits} seeds) reaches min L",
-            "open (paper: future work)",
-            summary,
-            "—",
-            None,
-        )
+    return rsols, Check(
+        f"non-balanced init (all entries N(0, 0.1²), {cfg.n_random_inits} seeds) reaches min L",
+        "open (paper: future work)",
+        summary,
+        "—",
+        None,
     )
-
-    lap("random inits")
-
-    @jax.jit
-    def prod_err(models_t):
-        K_t, _, _, b_t = jax.vmap(lambda m: m.blocks())(models_t)
-        return jnp.linalg.norm(b_t[:, None, None] * K_t - Gi, axis=(1, 2)) / jnp.linalg.norm(Gi)
-
-    ds_flow = xr.Dataset(
-        {
-            "loss_gap": ("t", np.asarray(gap)),
-            "pl_bound": ("t", np.asarray(gap[0] * jnp.exp(-mu * sol.ts))),
-            "grad_norm": ("t", np.asarray(sol.grad_norms)),
-            "product_error": ("t", np.asarray(prod_err(sol.models))),
-            "balance": ("t", np.asarray(bal)),
-            "product_error_random_init": (("seed", "t_random"), np.asarray(jax.vmap(prod_err)(rsols.models))),
-            "loss_gap_random_init": (("seed", "t_random"), np.asarray(rsols.losses - lmin)),
-        },
-        coords={"t": np.asarray(sol.ts), "t_random": np.asarray(rsols.ts[0])},
-        attrs={"d": d, "N": N, "sigma": cfg.sigma, "mu": float(mu), "Lambda": np.asarray(Lam).ravel()},
-    )
-    return ds_flow, sol
 
 
 def _thm42(r: _Run) -> tuple[xr.Dataset, object, object]:
@@ -358,33 +352,7 @@ def _thm42(r: _Run) -> tuple[xr.Dataset, object, object]:
         "linear_noise_fixed_w": (w_fix, v_fix, 0.0, 0.5, True),
         "quadratic_fixed_w": (w_fix, v_fix, quad, 0.0, True),
     }
-    pred = np.zeros((len(cases), len(cfg.Ns_thm42), len(cfg.Ms_thm42)))
-    sim, sim_se = np.zeros_like(pred), np.zeros_like(pred)
-    for ci, case in enumerate(cases):
-        w_, v_, q_, s_, fixed = gen[case]
-        for ni, Ntr in enumerate(cfg.Ns_thm42):
-            model_star = zhang.w_star_model(Lam, Ntr)
-            for mi, M in enumerate(cfg.Ms_thm42):
-                if case == "linear_isotropic_w":
-                    pred[ci, ni, mi] = zhang.prediction_error_isotropic(Lam, Ntr, M)
-                else:
-                    pred[ci, ni, mi] = zhang.prediction_error(*cases[case], Lam, Ntr, M)
-                # one program per M (shared by the cases and N): padding every M to max(Ms) drew 2.9× the
-                # samples at the quick size
-                draw = functools.partial(
-                    squared_errors,
-                    model=model_star,
-                    Lam=Lam,
-                    Lam_query=Lam,
-                    w=w_,
-                    v=v_,
-                    quad=q_,
-                    noise=s_,
-                    M=M,
-                    batch=cfg.thm42_batch,
-                    fixed_w=fixed,
-                )
-                sim[ci, ni, mi], sim_se[ci, ni, mi] = powered_mean_and_se(draw, next(keys), pred[ci, ni, mi])
+    pred, sim, sim_se = _thm42_errors(cfg, Lam, keys, cases, gen)
     n_pts = pred.size
     # 3 s.e. per point; with many points allow the expected 0.3 % of 3σ excursions (at most 1).
     checks.append(
@@ -421,6 +389,39 @@ def _thm42(r: _Run) -> tuple[xr.Dataset, object, object]:
 
     lap("Thm 4.2")
     return ds_thm42, w_fix, v_fix
+
+
+def _thm42_errors(cfg: Config, Lam, keys, cases: dict, gen: dict):
+    """(4.6)'s prediction, and the Monte-Carlo mean and s.e. (blocks drawn until the check's power is reached), of
+    each distribution at every training length N and test length M: three arrays (case, N, M)."""
+    pred = np.zeros((len(cases), len(cfg.Ns_thm42), len(cfg.Ms_thm42)))
+    sim, sim_se = np.zeros_like(pred), np.zeros_like(pred)
+    for ci, case in enumerate(cases):
+        w_, v_, q_, s_, fixed = gen[case]
+        for ni, Ntr in enumerate(cfg.Ns_thm42):
+            model_star = zhang.w_star_model(Lam, Ntr)
+            for mi, M in enumerate(cfg.Ms_thm42):
+                if case == "linear_isotropic_w":
+                    pred[ci, ni, mi] = zhang.prediction_error_isotropic(Lam, Ntr, M)
+                else:
+                    pred[ci, ni, mi] = zhang.prediction_error(*cases[case], Lam, Ntr, M)
+                # one program per M (shared by the cases and N): padding every M to max(Ms) drew 2.9× the
+                # samples at the quick size
+                draw = functools.partial(
+                    squared_errors,
+                    model=model_star,
+                    Lam=Lam,
+                    Lam_query=Lam,
+                    w=w_,
+                    v=v_,
+                    quad=q_,
+                    noise=s_,
+                    M=M,
+                    batch=cfg.thm42_batch,
+                    fixed_w=fixed,
+                )
+                sim[ci, ni, mi], sim_se[ci, ni, mi] = powered_mean_and_se(draw, next(keys), pred[ci, ni, mi])
+    return pred, sim, sim_se
 
 
 def _shifts(r: _Run, w_fix, v_fix) -> xr.Dataset:

@@ -60,10 +60,9 @@ def _fig1_model(g: GPT2Config, key, M_max: int):
 def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
     """Train one transformer per (seed, training covariance, N), the seeds and covariances of one N as one vmapped
     ensemble (each member as it trains alone; seed 0's members are those of a one-seed run), and evaluate each on the
-    test distributions at
-    M = 0…2·max(N): normalised squared error (ŷ − y_query)²/d of the query after M examples, with its s.e.
-    (over ``g.test_prompts`` prompts, each with its own Λ), and least squares and the zero estimator on the same
-    prompts. Under a ``budget`` each model trains for its share and the dataset's ``status`` attribute says
+    test distributions at M = 0…2·max(N): normalised squared error (ŷ − y_query)²/d of the query after M examples,
+    with its s.e. (over ``g.test_prompts`` prompts, each with its own Λ), and least squares and the zero estimator on
+    the same prompts. Under a ``budget`` each model trains for its share and the dataset's ``status`` attribute says
     whether all finished ("complete") or not ("partial, step s of S")."""
     M_max = 2 * max(g.Ns)
     tests = fig1_test_priors(g)
@@ -76,18 +75,7 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
     }
     shape = (g.seeds, len(FIG1_TRAIN), len(g.Ns), len(tests), M_max + 1)
     err, err_se = np.full(shape, np.nan), np.full(shape, np.nan)
-    ols, zero = np.zeros(shape[3:]), np.zeros(shape[3:])
-
-    @jax.jit
-    def reference_errors(xs, ys, clean):  # OLS at every prefix, 64 prompts at a time (memory at M = 200), and zero
-        # in float64 from the prefix Gram matrices (d × d eigendecompositions), not an SVD of every prefix: O(M d³),
-        # not O(M² d²); the Gram squares the condition number at M ≈ d, so float32 prompts keep the SVD
-        ols = baselines.ols_gram if xs.dtype == jnp.float64 else baselines.ols
-        e_ols = jax.lax.map(lambda a: jnp.sum((ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean), batch_size=64)
-        return jnp.mean(e_ols, 0) / g.d, jnp.mean(jnp.sum(clean**2, -1), 0) / g.d
-
-    for ti, (xs, ys, clean, _) in enumerate(samples.values()):
-        ols[ti], zero[ti] = (np.asarray(e) for e in reference_errors(xs, ys, clean))
+    ols, zero = _reference_errors(g, samples)
 
     @eqx.filter_jit
     def query_errors(model, prompts):  # (P, M_max + 1): error at each x position = after M = 0, 1, … examples
@@ -98,41 +86,7 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
     speed, runs = {}, []
     plan(budget, len(g.Ns))
     for ni, N in enumerate(g.Ns):  # the two training covariances of one N: one ensemble, one program
-        train_tasks = [
-            tasks.RepresentationRegression(
-                g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d) if cov == "random" else None
-            )
-            for cov in FIG1_TRAIN
-        ]
-        curr = Curriculum(d=(min(5, g.d), g.d, 1), n=(min(11, N), N, 2), every=2000) if g.curriculum else None
-
-        def loss(m, k, s, which, train_tasks=train_tasks, curr=curr):  # member `which` trains on its covariance
-            d_active, n_active = (None, None) if curr is None else curr.at(s)
-            draws = [lambda k, t=t: t.prompts(k, g.batch, d_active, n_active) for t in train_tasks]
-            return losses.sequence_loss(m, jax.lax.switch(which, draws, k))
-
-        label = f"fig1 N={N} ({' and '.join(FIG1_TRAIN)} covariance{f', {g.seeds} seeds' if g.seeds > 1 else ''})"
-        if progress:
-            print(f"  training {label}", flush=True)
-        # each member as it trained alone: its own initialisation, data stream and optimizer state
-        members = [(s, ci) for s in range(g.seeds) for ci in range(len(FIG1_TRAIN))]
-        ids = [100 * s + 10 * ci + ni for s, ci in members]
-        res = train(
-            loss,
-            dynamics.stack_members([_fig1_model(g, jax.random.fold_in(key, i), M_max) for i in ids]),
-            g.steps,
-            jnp.stack([jax.random.fold_in(key, 1000 + i) for i in ids]),
-            optimizer=optax.adamw(g.lr),
-            chunk_size=g.chunk,
-            checkpoint=ckpt_dir / f"fig1_N{N}.ckpt",
-            progress=progress,
-            label=label,
-            compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype),
-            deadline=next_deadline(budget),
-            config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}},
-            ensemble=True,
-            member_data=jnp.asarray([ci for _, ci in members]),
-        )
+        res, members = _train_ensemble(g, N, ni, key, M_max, ckpt_dir, progress, budget)
         runs.append(res)
         speed[f"N{N}"] = res.steps_per_second  # ensemble steps (every covariance) per second
         for i, (s, ci) in enumerate(members):
@@ -158,6 +112,62 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
             **{f"steps_per_second_{k}": v for k, v in speed.items()},
         },
     )
+
+
+def _reference_errors(g: GPT2Config, samples: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(least squares, the zero estimator): normalised errors after M = 0…M_max examples on each test set."""
+
+    @jax.jit
+    def reference_errors(xs, ys, clean):  # OLS at every prefix, 64 prompts at a time (memory at M = 200), and zero
+        # in float64 from the prefix Gram matrices (d × d eigendecompositions), not an SVD of every prefix: O(M d³),
+        # not O(M² d²); the Gram squares the condition number at M ≈ d, so float32 prompts keep the SVD
+        ols = baselines.ols_gram if xs.dtype == jnp.float64 else baselines.ols
+        e_ols = jax.lax.map(lambda a: jnp.sum((ols(a[0], a[1]) - a[2]) ** 2, -1), (xs, ys, clean), batch_size=64)
+        return jnp.mean(e_ols, 0) / g.d, jnp.mean(jnp.sum(clean**2, -1), 0) / g.d
+
+    errors = [tuple(np.asarray(e) for e in reference_errors(xs, ys, clean)) for xs, ys, clean, _ in samples.values()]
+    return np.stack([e[0] for e in errors]).astype(float), np.stack([e[1] for e in errors]).astype(float)
+
+
+def _train_ensemble(g: GPT2Config, N: int, ni: int, key, M_max: int, ckpt_dir: Path, progress: bool, budget):
+    """The models of context length N (index ``ni``), every seed and training covariance, trained as one vmapped
+    ensemble (each member as it trained alone: its own initialisation, data stream and optimizer state): the
+    `TrainResult` and the members' (seed, covariance index)."""
+    train_tasks = [
+        tasks.RepresentationRegression(
+            g.d, N, covariance=tasks.RandomDiagonalCovariance(g.d) if cov == "random" else None
+        )
+        for cov in FIG1_TRAIN
+    ]
+    curr = Curriculum(d=(min(5, g.d), g.d, 1), n=(min(11, N), N, 2), every=2000) if g.curriculum else None
+
+    def loss(m, k, s, which):  # member `which` trains on its covariance
+        d_active, n_active = (None, None) if curr is None else curr.at(s)
+        draws = [lambda k, t=t: t.prompts(k, g.batch, d_active, n_active) for t in train_tasks]
+        return losses.sequence_loss(m, jax.lax.switch(which, draws, k))
+
+    label = f"fig1 N={N} ({' and '.join(FIG1_TRAIN)} covariance{f', {g.seeds} seeds' if g.seeds > 1 else ''})"
+    if progress:
+        print(f"  training {label}", flush=True)
+    members = [(s, ci) for s in range(g.seeds) for ci in range(len(FIG1_TRAIN))]
+    ids = [100 * s + 10 * ci + ni for s, ci in members]
+    res = train(
+        loss,
+        dynamics.stack_members([_fig1_model(g, jax.random.fold_in(key, i), M_max) for i in ids]),
+        g.steps,
+        jnp.stack([jax.random.fold_in(key, 1000 + i) for i in ids]),
+        optimizer=optax.adamw(g.lr),
+        chunk_size=g.chunk,
+        checkpoint=ckpt_dir / f"fig1_N{N}.ckpt",
+        progress=progress,
+        label=label,
+        compute_dtype=g.compute_dtype and jnp.dtype(g.compute_dtype),
+        deadline=next_deadline(budget),
+        config={"run": label, **{k: str(v) for k, v in dataclasses.asdict(g).items()}},
+        ensemble=True,
+        member_data=jnp.asarray([ci for _, ci in members]),
+    )
+    return res, members
 
 
 def trained_enough(g: GPT2Config) -> bool:
