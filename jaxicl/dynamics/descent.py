@@ -127,7 +127,7 @@ def gradient_descent(
     check_finite: bool = True,
     checkpoints: int | None = None,
 ) -> tuple[PyTree, Float[Array, " n"]]:
-    """θ_{k+1} = θ_k − step ⊙ ∇L(θ_k), ``n_steps`` times.
+    r"""$\theta_{k+1} = \theta_k - \eta \odot \nabla L(\theta_k)$ (the step sizes $\eta$: ``step``), ``n_steps`` times.
 
     Differentiable in everything the loss and the steps depend on (initialisation, task, step sizes):
     ``jax.grad`` of a function of the result differentiates through the whole run.

@@ -1,7 +1,7 @@
-"""Gradient flow dθ/dt = −∇L(θ) (Zhang et al. eq. 3.9) integrated by diffrax.
+r"""Gradient flow $\dot\theta = -\nabla L(\theta)$ (Zhang et al. eq. 3.9) integrated by diffrax.
 
 One trajectory per call; ``jax.vmap`` lifts it over initial parameters or task leaves, and the
-whole solve is differentiable (e.g. d L(θ(t1)) / d σ or d Λ) through diffrax's adjoint
+whole solve is differentiable (e.g. $dL(\theta(t_1))/d\sigma$ or $dL(\theta(t_1))/d\Lambda$) through diffrax's adjoint
 (``adjoint="recursive"``: recursive checkpointing, exact derivative of the discretised solve;
 ``"backsolve"``: the continuous adjoint ODE solved backwards, O(1) memory). The time at which the loss
 first reaches a level (``stop_at_loss``) is found by a root finder and is differentiable too; a boolean
@@ -106,7 +106,7 @@ def gradient_flow(
     stop_at_loss: float | None = None,
     check: bool = True,
 ) -> FlowSolution:
-    """Integrate dθ/dt = −∇_θ loss_fn(θ) from ``params`` on [0, t1] with an adaptive solver.
+    r"""Integrate $d\theta/dt = -\nabla_\theta\, \mathrm{loss\_fn}(\theta)$ from ``params`` on $[0, t_1]$ with an adaptive solver.
 
     Args:
         loss_fn: scalar loss of the parameter pytree (e.g. ``lambda m: population_loss(m, task)``).
