@@ -1,4 +1,4 @@
-"""Classical in-context estimators, each a function of one prompt, predicting at every prefix like a
+r"""Classical in-context estimators, each a function of one prompt, predicting at every prefix like a
 decoder transformer with the encoding of Garg et al.: the prediction for example i uses examples 1…i−1
 only (and is 0 for i = 1).
 
@@ -6,11 +6,11 @@ All take ``xs`` (N, d) and ``ys`` (N, m) and return predictions (N, m); the iter
 predictions after each iteration, (k, N, m). Lift to a batch of prompts with ``jax.vmap``.
 
 - `ols` (minimum-norm least squares), `ridge`;
-- `gradient_descent_steps`: k steps of GD on (1/2n)‖Xw − y‖² from w = 0 (AlgoFormer eq. 5);
+- `gradient_descent_steps`: k steps of GD on $\frac1{2n}\|Xw - y\|^2$ from $w = 0$ (AlgoFormer eq. 5);
 - `newton_steps`: k steps of the Newton iteration of AlgoFormer eq. (4),
-  M_0 = αS, M_{k+1} = 2M_k − M_k S M_k, w_k = M_k Xᵀy, S = XᵀX;
+  $M_0 = \alpha S$, $M_{k+1} = 2M_k - M_k S M_k$, $w_k = M_k X^\top y$, $S = X^\top X$;
 - `nearest_neighbours` (mean label of the k nearest previous inputs) and `averaging`
-  (w = (1/n) Σ y_j x_j), the baselines of Garg et al.
+  ($w = \frac1n \sum_j y_j x_j$), the baselines of Garg et al.
 """
 
 from __future__ import annotations
@@ -33,17 +33,18 @@ def _predict(ws, xs):
 
 
 def ols(xs: Float[Array, "N d"], ys: Float[Array, "N m"]) -> Float[Array, "N m"]:
-    """Minimum-norm least squares on each prefix: W_i = pinv(X_{<i}) Y_{<i} (one batched SVD)."""
+    r"""Minimum-norm least squares on each prefix: $W_i = \operatorname{pinv}(X_{<i}) Y_{<i}$ (one batched SVD)."""
     Xp, _ = _prefixes(xs)
     return _predict(jnp.linalg.pinv(Xp) @ ys[None], xs)
 
 
 def ols_gram(xs: Float[Array, "N d"], ys: Float[Array, "N m"]) -> Float[Array, "N m"]:
-    """`ols` from the prefix Gram matrices: W_i = pinv(G_i) b_i with G_i = X_{<i}ᵀX_{<i} and b_i = X_{<i}ᵀY_{<i}
-    (cumulative sums), which is pinv(X_{<i}) Y_{<i} because b_i lies in the row space of X_{<i}. One d × d symmetric
+    r"""`ols` from the prefix Gram matrices: $W_i = \operatorname{pinv}(G_i) b_i$ with $G_i = X_{<i}^\top X_{<i}$ and
+    $b_i = X_{<i}^\top Y_{<i}$ (cumulative sums), which is $\operatorname{pinv}(X_{<i}) Y_{<i}$ because $b_i$ lies in the
+    row space of $X_{<i}$. One d × d symmetric
     eigendecomposition per prefix, O(N d³), instead of an SVD of an N × d matrix, O(N² d²): at N = 201, d = 20 (Zhang
     et al.'s Fig. 1 at paper size) far cheaper, on a GPU as on a CPU. Eigenvalues below N·ε·λ_max count as zero (as
-    ``pinv``'s default cut-off does for G's square root, squared: the rank of X_{<i} is kept for i < d). The Gram
+    ``pinv``'s default cut-off does for G's square root, squared: the rank of $X_{<i}$ is kept for i < d). The Gram
     squares the condition number: use float64 where a prefix is nearly singular (i ≈ d)."""
     N, d = xs.shape
     outer = xs[:, :, None] * xs[:, None, :]
@@ -58,7 +59,7 @@ def ols_gram(xs: Float[Array, "N d"], ys: Float[Array, "N m"]) -> Float[Array, "
 
 
 def ridge(xs: Float[Array, "N d"], ys: Float[Array, "N m"], lam=1.0) -> Float[Array, "N m"]:
-    """Ridge on each prefix: W_i = (X_{<i}ᵀX_{<i} + λI)⁻¹ X_{<i}ᵀ Y_{<i} (one batched solve)."""
+    r"""Ridge on each prefix: $W_i = (X_{<i}^\top X_{<i} + \lambda I)^{-1} X_{<i}^\top Y_{<i}$ (one batched solve)."""
     Xp, _ = _prefixes(xs)
     S = jnp.swapaxes(Xp, 1, 2) @ Xp + lam * jnp.eye(xs.shape[1], dtype=xs.dtype)
     return _predict(jnp.linalg.solve(S, jnp.swapaxes(Xp, 1, 2) @ ys[None]), xs)
@@ -72,8 +73,8 @@ def _spectral_bound(S):
 def gradient_descent_steps(
     xs: Float[Array, "N d"], ys: Float[Array, "N m"], n_steps: int, eta=None
 ) -> Float[Array, "k N m"]:
-    """W_{t+1} = W_t − η X_{<i}ᵀ(X_{<i} W_t − Y_{<i}) / n_i from W_0 = 0, t = 1…k, on every prefix. Default
-    η = 1/‖S_i/n_i‖_F ≤ 1/λ_max (a safe step without an eigendecomposition)."""
+    r"""$W_{t+1} = W_t - \eta X_{<i}^\top(X_{<i} W_t - Y_{<i}) / n_i$ from $W_0 = 0$, $t = 1, \dots, k$, on every prefix.
+    Default $\eta = 1/\|S_i/n_i\|_F \le 1/\lambda_\max$ (a safe step without an eigendecomposition)."""
     Xp, n = _prefixes(xs)
     S = jnp.swapaxes(Xp, 1, 2) @ Xp / n[:, None, None]
     b = jnp.swapaxes(Xp, 1, 2) @ ys[None] / n[:, None, None]
@@ -119,7 +120,7 @@ def nearest_neighbours(xs: Float[Array, "N d"], ys: Float[Array, "N m"], k: int 
 
 
 def averaging(xs: Float[Array, "N d"], ys: Float[Array, "N m"]) -> Float[Array, "N m"]:
-    """W_i = (1/n_i) Σ_{j<i} x_j y_jᵀ (Garg et al.'s averaging estimator)."""
+    r"""$W_i = \frac1{n_i} \sum_{j<i} x_j y_j^\top$ (Garg et al.'s averaging estimator)."""
     Xp, n = _prefixes(xs)
     return _predict(jnp.swapaxes(Xp, 1, 2) @ ys[None] / n[:, None, None], xs)
 

@@ -1,11 +1,12 @@
-"""Losses of the multi-layer linear transformer (Ahn et al. eq. 5, halved as everywhere in jaxicl).
+r"""Losses of the multi-layer linear transformer (Ahn et al. eq. 5, halved as everywhere in jaxicl).
 
-jaxicl's losses are ½E(ŷ − y_query)²; Ahn et al.'s f of eq. (5) is E(ŷ − y_query)², twice that.
+jaxicl's losses are $\tfrac12\mathbb{E}(\hat y - y_\text{query})^2$; Ahn et al.'s $f$ of eq. (5) is
+$\mathbb{E}(\hat y - y_\text{query})^2$, twice that.
 
-- **One layer, one head, σ = identity** (any parametrization): only b = last row of P and
-  A = first d columns of Q matter (App. A.1), and with the mask of eq. (2)
-  −ŷ = (1/n) Σ_{i≤n} (bᵀ z_i)(z_iᵀ A x_q) — the LSA prediction of Zhang et al. eq. (3.6) with
-  (K, k_y) = (A_{1:d}, A_{d+1}), (b_x, b_y) = −b, and without the query's own column. The exact
+- **One layer, one head, $\sigma$ = identity** (any parametrization): only $b$ = last row of $P$ and
+  $A$ = first $d$ columns of $Q$ matter (App. A.1), and with the mask of eq. (2)
+  $-\hat y = \frac1n \sum_{i\le n} (b^\top z_i)(z_i^\top A x_q)$ — the LSA prediction of Zhang et al. eq. (3.6) with
+  $(K, k_y) = (A_{1:d}, A_{d+1})$, $(b_x, b_y) = -b$, and without the query's own column. The exact
   loss is therefore ``lsa_loss_gaussian(..., query_term=False)``.
 - **Deeper models** have no registered closed form: use `sample_loss` on a fixed training set
   (the paper's L-BFGS setting) or ``mc_loss`` / fresh samples per step.

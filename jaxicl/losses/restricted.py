@@ -1,20 +1,22 @@
-"""Losses of the restricted linear transformer (Gatmiry et al. eq. 6 with u = 0, σ = identity).
+r"""Losses of the restricted linear transformer (Gatmiry et al. eq. 6 with $u = 0$, $\sigma$ = identity).
 
-With Σ̂ = X Xᵀ / n and layers A_0 … A_{L−1} (Gatmiry et al. Lemma 4, with jaxicl's 1/n kept):
+With $\hat\Sigma = X X^\top / n$ and layers $A_0, \dots, A_{L-1}$ (Gatmiry et al. Lemma 4, with jaxicl's $1/n$ kept):
 
-    ŷ − y_q = −w*ᵀ M x_q,   M = (I − Σ̂ A_0)(I − Σ̂ A_1) ⋯ (I − Σ̂ A_{L−1})
+$$
+\hat y - y_q = -w_*^\top M x_q, \qquad M = (I - \hat\Sigma A_0)(I - \hat\Sigma A_1) \cdots (I - \hat\Sigma A_{L-1})
+$$
 
 Two loss conventions, both the paper's eq. (9) **without** the ½ of the rest of jaxicl
 (``population_loss`` of the registry keeps ½ and returns half of `fixed_gram_loss`):
 
-- **fixed Gram** — Σ = Σ̂ given, w* ~ N(0, Σ⁻¹), x_q ~ N(0, Σ): L = E_Σ tr(M Σ Mᵀ Σ⁻¹) exactly;
-  for Σ = s·I the expectation over s is a quadrature that is exact (the integrand is a polynomial
-  of degree 2L in s).
-- **Gaussian X** — x_i, x_q ~ N(0, Σ_pop), w* ~ N(0, Σ_pop⁻¹) (the paper's experiments): Σ̂ is
-  Wishart and the loss is a Monte-Carlo average over (Σ_pop, X, w*). `gaussian_x_loss`
-  averages the *exact* conditional expectation over x_q: the prediction is gᵀx_q with
-  g = Σ_t A_tᵀ v_t, v_0 = X y / n, v_{t+1} = v_t − Σ̂ A_tᵀ v_t (only prompt statistics), so
-  E_{x_q}(ŷ − y_q)² = (w* − g)ᵀ Σ_pop (w* − g). Cost O(L d²) per prompt.
+- **fixed Gram** — $\Sigma = \hat\Sigma$ given, $w_* \sim N(0, \Sigma^{-1})$, $x_q \sim N(0, \Sigma)$:
+  $L = \mathbb{E}_\Sigma \operatorname{tr}(M \Sigma M^\top \Sigma^{-1})$ exactly; for $\Sigma = sI$ the expectation over
+  $s$ is a quadrature that is exact (the integrand is a polynomial of degree $2L$ in $s$).
+- **Gaussian X** — $x_i, x_q \sim N(0, \Sigma_\text{pop})$, $w_* \sim N(0, \Sigma_\text{pop}^{-1})$ (the paper's
+  experiments): $\hat\Sigma$ is Wishart and the loss is a Monte-Carlo average over $(\Sigma_\text{pop}, X, w_*)$.
+  `gaussian_x_loss` averages the *exact* conditional expectation over $x_q$: the prediction is $g^\top x_q$ with
+  $g = \sum_t A_t^\top v_t$, $v_0 = X y / n$, $v_{t+1} = v_t - \hat\Sigma A_t^\top v_t$ (only prompt statistics), so
+  $\mathbb{E}_{x_q}(\hat y - y_q)^2 = (w_* - g)^\top \Sigma_\text{pop} (w_* - g)$. Cost $O(L d^2)$ per prompt.
 
 Why u = 0: the u-terms of eq. (6) add to ŷ a part that does not depend on w* (it only involves X
 and x_q); under w* → −w* its cross term with the rest averages out, so u ≠ 0 can only raise the
@@ -88,8 +90,10 @@ _depth_curves = jax.jit(jax.vmap(_depth_curve))
 
 
 def fixed_gram_depth_curves(A: Float[Array, "B L d d"], Sigma: Float[Array, "B d d"]) -> Float[Array, "B L"]:
-    """For each of B pairs (A_0 … A_{L−1}, Σ): the fixed-Gram loss tr(M_ℓ Σ M_ℓᵀ Σ⁻¹) of the first ℓ layers,
-    M_ℓ = Π_{t<ℓ} (I − Σ A_t) (Gatmiry et al. Lemma 4, eq. 9 without ½), for every ℓ = 1 … L, in one program.
+    r"""For each of B pairs $(A_0, \dots, A_{L-1}; \Sigma)$: the fixed-Gram loss
+    $\operatorname{tr}(M_\ell \Sigma M_\ell^\top \Sigma^{-1})$ of the first $\ell$ layers,
+    $M_\ell = \prod_{t<\ell}(I - \Sigma A_t)$ (Gatmiry et al. Lemma 4, eq. 9 without ½), for every
+    $\ell = 1, \dots, L$, in one program.
 
     Zero layers leave M unchanged, so models of different depths share one program when their layers are padded with
     zeros to a common L (their loss is then the last entry); a looped model is its A repeated. Same numbers as
@@ -121,7 +125,8 @@ def residual_matrix(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Flo
 
 
 def fixed_gram_loss(model: LinearTransformer, Sigma: Float[Array, "d d"]) -> Float[Array, ""]:
-    """E_{w*, x_q}(ŷ − y_q)² = tr(M Σ Mᵀ Σ⁻¹) for one given Σ = X Xᵀ / n (eq. 9, no ½)."""
+    r"""$\mathbb{E}_{w_*, x_q}(\hat y - y_q)^2 = \operatorname{tr}(M \Sigma M^\top \Sigma^{-1})$ for one given
+    $\Sigma = X X^\top / n$ (eq. 9, no ½)."""
     _check_restricted(model)
     return _fixed_gram_loss(model, Sigma)
 
@@ -218,7 +223,7 @@ class GaussianXBatch(eqx.Module):
 
 
 def gaussian_x_errors(model: LinearTransformer, batch: GaussianXBatch) -> Float[Array, " B"]:
-    """E_{x_q}(ŷ − y_q)² for each prompt of the batch (exact in x_q; see the module docstring)."""
+    r"""$\mathbb{E}_{x_q}(\hat y - y_q)^2$ for each prompt of the batch (exact in $x_q$; see the module docstring)."""
     A = layer_matrices(model).astype(batch.Sigma_hat.dtype)
     v0 = jnp.einsum("bij,bj->bi", batch.Sigma_hat, batch.w)  # X y / n
 

@@ -1,14 +1,22 @@
-"""Exact population loss of multi-head softmax attention on template regression (Yang et al. eq. 9).
+r"""Exact population loss of multi-head softmax attention on template regression (Yang et al. eq. 9).
 
-The prediction is ŷ = Âᵀy with Â = (â_1 … â_K) ∈ R^{N×K} fixed by the parameters (the dictionary is
-fixed), and y_k = λᵀ(z_k + ε_k), z_k = f(v_k). With S = E[λλᵀ], ŷ_k − y_k = λᵀ(Zâ_k − z_k) + λᵀ(Eâ_k − ε_k)
-where E = (ε_1 … ε_N); λ is independent of ε and E[ε_i ε_jᵀ] = δ_ij τ I_m, so
+The prediction is $\hat y = \hat A^\top y$ with $\hat A = (\hat a_1 \dots \hat a_K) \in \mathbb{R}^{N\times K}$ fixed by
+the parameters (the dictionary is fixed), and $y_k = \lambda^\top(z_k + \varepsilon_k)$, $z_k = f(v_k)$. With
+$S = \mathbb{E}[\lambda\lambda^\top]$, $\hat y_k - y_k = \lambda^\top(Z\hat a_k - z_k) + \lambda^\top(\mathcal{E}\hat a_k -
+\varepsilon_k)$ where $\mathcal{E} = (\varepsilon_1 \dots \varepsilon_N)$; $\lambda$ is independent of $\varepsilon$ and
+$\mathbb{E}[\varepsilon_i \varepsilon_j^\top] = \delta_{ij} \tau I_m$, so
 
-    E(ŷ_k − y_k)² = (Zâ_k − z_k)ᵀ S (Zâ_k − z_k) + τ tr(S) · { ‖â_k − e_k‖²   (k ≤ N)
-                                                               { ‖â_k‖² + 1     (k > N)
+$$
+\mathbb{E}(\hat y_k - y_k)^2 = (Z\hat a_k - z_k)^\top S (Z\hat a_k - z_k) + \tau \operatorname{tr}(S) \cdot
+\begin{cases} \|\hat a_k - e_k\|^2 & k \le N \\ \|\hat a_k\|^2 + 1 & k > N \end{cases}
+$$
 
-and L = (1/2K) Σ_k of it (DESIGN.md; S = I gives the paper's loss with mτ). In matrix form, with
-Ē = (I_N, 0) ∈ R^{N×K}:  L = (1/2K) [ ‖S^{1/2}(ZÂ − Ẑ)‖_F² + τ tr S (‖Â − Ē‖_F² + K − N) ].
+and $L = \frac1{2K} \sum_k$ of it (DESIGN.md; $S = I$ gives the paper's loss with $m\tau$). In matrix form, with
+$\bar E = (I_N, 0) \in \mathbb{R}^{N\times K}$:
+
+$$
+L = \frac1{2K} \Big[ \|S^{1/2}(Z\hat A - \hat Z)\|_F^2 + \tau \operatorname{tr} S \, (\|\hat A - \bar E\|_F^2 + K - N) \Big].
+$$
 """
 
 from __future__ import annotations

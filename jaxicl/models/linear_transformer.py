@@ -1,24 +1,27 @@
-"""Multi-layer linear transformers (Ahn, Cheng, Daneshmand & Sra, eqs. 2–5; Gatmiry et al. eqs. 1–6).
+r"""Multi-layer linear transformers (Ahn, Cheng, Daneshmand & Sra, eqs. 2–5; Gatmiry et al. eqs. 1–6).
 
-    Z_{ℓ+1} = Z_ℓ + (1/n) Σ_h P_{ℓh} Z_ℓ M σ(Z_ℓᵀ Q_{ℓh} Z_ℓ),   M = diag(I_n, 0)        (eqs. 2–4)
-    prediction = −[Z_L]_{d+1, n+1}                                                    (eq. 5)
+$$
+Z_{\ell+1} = Z_\ell + \frac1n \sum_h P_{\ell h} Z_\ell M \sigma(Z_\ell^\top Q_{\ell h} Z_\ell), \qquad
+M = \operatorname{diag}(I_n, 0) \quad \text{(eqs. 2–4)}, \qquad
+\hat y = -[Z_L]_{d+1,\, n+1} \quad \text{(eq. 5)}
+$$
 
-σ ∈ {identity, ReLU, column softmax}. ``Z_0`` is the embedding of eq. (1): columns (x_i, y_i) and
-(x_query, 0). The mask M keeps the query column from acting as a key/value.
+$\sigma \in \{$identity, ReLU, column softmax$\}$. ``Z_0`` is the embedding of eq. (1): columns $(x_i, y_i)$ and
+$(x_\text{query}, 0)$. The mask $M$ keeps the query column from acting as a key/value.
 
-**Sign convention of Gatmiry et al.** They write Z_{t+1} = Z_t − (1/n) P Z M σ(Zᵀ Q Z) (their eq. 3)
-with the same prediction −[Z_L]_{d+1,n+1} (their eq. 4; the sentence after their eq. 6 that calls
-the output y_q^{(L)} drops this minus sign). So their (P, Q) is this module's (−P, Q), for every σ;
-`LinearTransformer.restricted` takes their (A, u) of eq. (6) and does the conversion.
+**Sign convention of Gatmiry et al.** They write $Z_{t+1} = Z_t - \frac1n P Z M \sigma(Z^\top Q Z)$ (their eq. 3)
+with the same prediction $-[Z_L]_{d+1,n+1}$ (their eq. 4; the sentence after their eq. 6 that calls
+the output $y_q^{(L)}$ drops this minus sign). So their $(P, Q)$ is this module's $(-P, Q)$, for every $\sigma$;
+`LinearTransformer.restricted` takes their $(A, u)$ of eq. (6) and does the conversion.
 
 **Parametrizations.** A model holds one parameter pytree (``model.params``) whose
 ``weights()`` builds the stacked (P, Q) of shape (layers, heads, d+1, d+1):
 
-- `FullWeights` — every entry of P_ℓh, Q_ℓh;
-- `SingleLayerWeights` — (b, A) of eq. (7): P = [0; bᵀ], Q = [A 0];
-- `PreconditionerWeights` — eq. (9): P = diag(0, 1), Q = diag(A_ℓ, 0);
-- `BlockWeights` — eq. (13): P = diag(B_ℓ, 1), Q = diag(A_ℓ, 0);
-- `RestrictedWeights` — Gatmiry et al. eq. (6): Q = diag(A_ℓ, 0), P = [0 0; u_ℓᵀ 1] (theirs).
+- `FullWeights` — every entry of $P_{\ell h}, Q_{\ell h}$;
+- `SingleLayerWeights` — $(b, A)$ of eq. (7): $P = [0; b^\top]$, $Q = [A\ 0]$;
+- `PreconditionerWeights` — eq. (9): $P = \operatorname{diag}(0, 1)$, $Q = \operatorname{diag}(A_\ell, 0)$;
+- `BlockWeights` — eq. (13): $P = \operatorname{diag}(B_\ell, 1)$, $Q = \operatorname{diag}(A_\ell, 0)$;
+- `RestrictedWeights` — Gatmiry et al. eq. (6): $Q = \operatorname{diag}(A_\ell, 0)$, $P = [0\ 0; u_\ell^\top\ 1]$ (theirs).
 
 ``from_weights(P, Q)`` on each structured class recovers its parameters from full matrices and
 raises ``ValueError`` when (P, Q) lies outside the parametrization.
@@ -28,8 +31,8 @@ number of layers applied; ``max_depth`` (static) is the number compiled, and lay
 act as the identity. With ``looped=True`` one (P, Q) is shared by all layers (Gatmiry et al.
 eq. 5) and ``depth`` is the loop count.
 
-**Speed.** For σ = identity a layer is Z ↦ (I + G/n) Z with G = Σ_h P_h (Z M Zᵀ) Q_h, evaluated
-with associativity in O(n d²) per layer (not O(n² d)); ``attention="direct"`` keeps the literal
+**Speed.** For $\sigma$ = identity a layer is $Z \mapsto (I + G/n) Z$ with $G = \sum_h P_h (Z M Z^\top) Q_h$, evaluated
+with associativity in $O(n d^2)$ per layer (not $O(n^2 d)$); ``attention="direct"`` keeps the literal
 form of eq. (3) as the reference. `predict_gram` evaluates a whole batch from its Gram
 statistics (`GramBatch`) with a hand-written backward pass (``_gram_kernel``).
 """
@@ -73,7 +76,7 @@ def _block_diag(top, corner, dtype):
 
 @jax.jit
 def _single_layer_weights(b, A):
-    """Eq. (7)'s P = [0; bᵀ], Q = [A 0], one layer and one head."""
+    r"""Eq. (7)'s $P = [0; b^\top]$, $Q = [A\ 0]$, one layer and one head."""
     D = b.shape[0]
     P = jnp.zeros((1, 1, D, D), b.dtype).at[0, 0, -1].set(b)
     Q = jnp.zeros((1, 1, D, D), A.dtype).at[0, 0, :, : D - 1].set(A)
@@ -138,7 +141,7 @@ class Parametrization(eqx.Module):
 
 
 class FullWeights(Parametrization):
-    """Every entry of P_ℓh, Q_ℓh ∈ R^{(d+1)×(d+1)} (eq. 3)."""
+    r"""Every entry of $P_{\ell h}, Q_{\ell h} \in \mathbb{R}^{(d+1)\times(d+1)}$ (eq. 3)."""
 
     P: Float[Array, "L H D D"]
     Q: Float[Array, "L H D D"]
@@ -161,7 +164,8 @@ class FullWeights(Parametrization):
 
 
 class SingleLayerWeights(Parametrization):
-    """Eq. (7): P = [0; bᵀ], Q = [A 0] with b ∈ R^{d+1}, A ∈ R^{(d+1)×d}. One layer, one head."""
+    r"""Eq. (7): $P = [0; b^\top]$, $Q = [A\ 0]$ with $b \in \mathbb{R}^{d+1}$, $A \in \mathbb{R}^{(d+1)\times d}$. One layer,
+    one head."""
 
     b: Float[Array, " D"]
     A: Float[Array, "D d"]
@@ -186,8 +190,9 @@ class SingleLayerWeights(Parametrization):
 
 
 class PreconditionerWeights(Parametrization):
-    """Eq. (9): P_ℓ = diag(0_{d×d}, 1), Q_ℓ = diag(A_ℓ, 0). ``symmetric`` uses (A_ℓ + A_ℓᵀ)/2 as the
-    paper requires; Lemma 2 then reads w_{ℓ+1} = w_ℓ + A_ℓ ∇R(w_ℓ) (with A_ℓᵀ if not symmetric)."""
+    r"""Eq. (9): $P_\ell = \operatorname{diag}(0_{d\times d}, 1)$, $Q_\ell = \operatorname{diag}(A_\ell, 0)$. ``symmetric`` uses
+    $(A_\ell + A_\ell^\top)/2$ as the paper requires; Lemma 2 then reads $w_{\ell+1} = w_\ell + A_\ell \nabla R(w_\ell)$ (with
+    $A_\ell^\top$ if not symmetric)."""
 
     A: Float[Array, "L d d"]
     symmetric: bool = eqx.field(static=True)
@@ -267,8 +272,8 @@ class RestrictedWeights(Parametrization):
 
 
 class GramBatch(eqx.Module):
-    """What a σ = identity linear transformer needs of a batch of prompts, batch on the last axis:
-    C = Σ_{i≤n} z_i z_iᵀ (= Z M Zᵀ) of shape (d+1, d+1, B), the query column z_q = (x_q, 0) of
+    r"""What a $\sigma$ = identity linear transformer needs of a batch of prompts, batch on the last axis:
+    $C = \sum_{i\le n} z_i z_i^\top$ ($= Z M Z^\top$) of shape (d+1, d+1, B), the query column $z_q = (x_q, 0)$ of
     shape (d+1, B), the labels y_query (B,), and the context length n (an array leaf, so a sweep
     over n can reuse one compiled program)."""
 
@@ -526,7 +531,7 @@ class LinearTransformer(eqx.Module):
         return self.all_layers(Z, attention)[-1]
 
     def predict(self, prompt: Prompt, attention: str = "auto") -> Float[Array, ""]:
-        """−[Z_L]_{d+1, n+1} (eq. 5) for one prompt."""
+        r"""$-[Z_L]_{d+1,\,n+1}$ (eq. 5) for one prompt."""
         if prompt.x.ndim != 2:
             raise ValueError(
                 f"predict takes one prompt (x of shape (n, d)); got {prompt.x.shape}. Use jax.vmap for a batch."
@@ -537,7 +542,7 @@ class LinearTransformer(eqx.Module):
         return -self(embed(prompt), attention)[-1, -1]
 
     def layer_predictions(self, prompt: Prompt, attention: str = "auto") -> Float[Array, " L+1"]:
-        """−[Z_ℓ]_{d+1, n+1} after each layer ℓ = 0, …, L (Lemma 2)."""
+        r"""$-[Z_\ell]_{d+1,\,n+1}$ after each layer $\ell = 0, \dots, L$ (Lemma 2)."""
         return -self.all_layers(embed(prompt), attention)[:, -1, -1]
 
     def predict_gram(self, batch: GramBatch, reverse_kernel: bool = True) -> Float[Array, " B"]:

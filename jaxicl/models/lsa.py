@@ -1,9 +1,12 @@
-"""One-layer linear self-attention (Zhang, Frei & Bartlett, eq. 3.3).
+r"""One-layer linear self-attention (Zhang, Frei & Bartlett, eq. 3.3).
 
-    f_LSA(E; θ) = E + W^PV E (Eᵀ W^KQ E) / ρ,     θ = (W^KQ, W^PV) ∈ R^{(d+1)×(d+1)} × R^{(d+1)×(d+1)},
+$$
+f_\text{LSA}(E; \theta) = E + W^{PV} E \, \frac{E^\top W^{KQ} E}{\rho}, \qquad
+\theta = (W^{KQ}, W^{PV}) \in \mathbb{R}^{(d+1)\times(d+1)} \times \mathbb{R}^{(d+1)\times(d+1)},
+$$
 
-with ρ = (number of columns of E) − 1 = the prompt length, so a model trained on length-N prompts
-is evaluated on length-M prompts with ρ = M (eq. 4.2). The prediction is the bottom-right entry.
+with $\rho$ = (number of columns of $E$) − 1 = the prompt length, so a model trained on length-$N$ prompts
+is evaluated on length-$M$ prompts with $\rho = M$ (eq. 4.2). The prediction is the bottom-right entry.
 """
 
 from __future__ import annotations
@@ -88,10 +91,11 @@ class LinearSelfAttention(eqx.Module):
     # --- constructors -----------------------------------------------------------------
     @classmethod
     def balanced_init(cls, d: int, sigma: float, key: PRNGKeyArray, dtype=None, task=None):
-        """Assumption 3.3: W^PV = σ e_{d+1}e_{d+1}ᵀ, W^KQ = σ diag(ΘΘᵀ, 0), ΘΘᵀ = MMᵀ/‖MMᵀ‖_F.
+        r"""Assumption 3.3: $W^{PV} = \sigma e_{d+1}e_{d+1}^\top$, $W^{KQ} = \sigma \operatorname{diag}(\Theta\Theta^\top, 0)$,
+        $\Theta\Theta^\top = MM^\top/\|MM^\top\|_F$.
 
-        With ``task`` (a ``LinearRegression`` with a fixed covariance), warns when σ violates
-        Thm 4.1's condition σ²‖Γ‖_op√d < 2; the model is returned either way.
+        With ``task`` (a ``LinearRegression`` with a fixed covariance), warns when $\sigma$ violates
+        Thm 4.1's condition $\sigma^2\|\Gamma\|_\text{op}\sqrt d < 2$; the model is returned either way.
         """
         d = _validate.integer("balanced_init: d", d)
         _validate.real("balanced_init: sigma", sigma, gt=0)
@@ -141,7 +145,7 @@ class LinearSelfAttention(eqx.Module):
         return E + self.W_pv @ E @ (E.T @ self.W_kq @ E) / rho
 
     def predict(self, prompt: Prompt, n_context=None) -> Float[Array, ""]:
-        """ŷ_query = [f_LSA(E(P))]_{d+1, n+1}, evaluated in O(n d + d²) as in eq. (3.6).
+        r"""$\hat y_\text{query} = [f_\text{LSA}(E(P))]_{d+1,\,n+1}$, evaluated in $O(n d + d^2)$ as in eq. (3.6).
 
         ``n_context``: the prompt length ρ when the examples beyond it are zero-padded (they add nothing to
         E Eᵀ); may be traced, so prompts of every length M ≤ the padded length share one compiled program."""

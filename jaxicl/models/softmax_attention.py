@@ -1,11 +1,15 @@
-"""One-layer multi-head softmax attention of Yang, Huang, Liang & Chi (§2, eqs. 5–8).
+r"""One-layer multi-head softmax attention of Yang, Huang, Liang & Chi (§2, eqs. 5–8).
 
 With the parametrisation (7a)–(7b) the attention map reduces to
 
-    ŷ_k = ⟨y, Σ_h w_{h,k} softmax(Vᵀ Q_h v_k)⟩ = ⟨y, â_k⟩,     k = 1, …, K          (eq. 8)
+$$
+\hat y_k = \Big\langle y, \sum_h w_{h,k} \operatorname{softmax}(V^\top Q_h v_k) \Big\rangle = \langle y, \hat a_k\rangle,
+\qquad k = 1, \dots, K \quad \text{(eq. 8)}
+$$
 
-where V = (v_1 … v_N) are the prompt tokens, Q_h ∈ R^{d×d} and w_h ∈ R^K. The prediction is linear
-in the labels: ŷ = Âᵀ y with Â = (â_1 … â_K) ∈ R^{N×K} (eq. 35), which is what the exact loss uses.
+where $V = (v_1 \dots v_N)$ are the prompt tokens, $Q_h \in \mathbb{R}^{d\times d}$ and $w_h \in \mathbb{R}^K$. The
+prediction is linear in the labels: $\hat y = \hat A^\top y$ with $\hat A = (\hat a_1 \dots \hat a_K) \in
+\mathbb{R}^{N\times K}$ (eq. 35), which is what the exact loss uses.
 
 Heads can be padded: ``head_mask`` (a boolean leaf, never trained) switches heads off, so models
 with different head counts share one shape and one compiled program (Fig. 4 as one sweep).
@@ -109,7 +113,7 @@ class MultiHeadSoftmaxICL(eqx.Module):
 
     @eqx.filter_jit
     def prediction_matrix(self, tokens: Float[Array, "K d"], n_context: int) -> Float[Array, "N K"]:
-        """Â(θ) = (Σ_h w_{h,1} s^h_1, …, Σ_h w_{h,K} s^h_K) (eq. 35); ŷ = Âᵀ y."""
+        r"""$\hat A(\theta) = (\sum_h w_{h,1} s^h_1, \dots, \sum_h w_{h,K} s^h_K)$ (eq. 35); $\hat y = \hat A^\top y$."""
         w = jnp.where(self.head_mask[:, None], self.w, 0.0)
         return jnp.einsum("hnk,hk->nk", self.attention(tokens, n_context), w)
 
