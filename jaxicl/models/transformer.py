@@ -1,4 +1,4 @@
-"""GPT-2-style softmax transformers for in-context learning: standard, looped and AlgoFormer.
+r"""GPT-2-style softmax transformers for in-context learning: standard, looped and AlgoFormer.
 
 A prompt is a token sequence (T, w) (see `jaxicl.tasks.sequence` for the encodings of Garg et al.
 and of the linear papers); every model maps it to one prediction per position, (T, d_out), and the
@@ -7,7 +7,7 @@ loss reads the positions the encoding marks.
 - `StandardTransformer`: read-in + learned positions, L decoder blocks, final LayerNorm, read-out
   (the GPT-2 model of Garg et al. and of Zhang et al.'s Fig. 1).
 - `LoopedTransformer`: one block stack applied b times with the input injected at every loop,
-  h_t = TF(h_{t−1} + e), h_0 = 0 (Yang et al. 2024, the AlgoFormer paper's "vanilla looped transformer").
+  $h_t = \mathrm{TF}(h_{t-1} + e)$, $h_0 = 0$ (Yang et al. 2024, the AlgoFormer paper's "vanilla looped transformer").
 - `AlgoFormer`: TF_post(TF_loop(⋯ TF_loop(TF_pre(e)) ⋯)) with T loops (AlgoFormer, eq. 2); each
   sub-transformer has its own depth and number of heads.
 

@@ -1,4 +1,4 @@
-"""Token-sequence prompts for softmax transformers, and the tasks of the AlgoFormer paper (§3, §5.1).
+r"""Token-sequence prompts for softmax transformers, and the tasks of the AlgoFormer paper (§3, §5.1).
 
 A `SequencePrompt` is what a transformer reads and what its loss scores: ``tokens`` (T, w),
 ``targets`` (T, d_out) and a 0/1 ``mask`` (T,) of the scored positions. Encodings:
@@ -9,13 +9,13 @@ A `SequencePrompt` is what a transformer reads and what its loss scores: ``token
 - `stacked_encoding` (the linear papers): one token (x_i, y_i) per example, then query tokens (x, 0)
   whose predictions are read.
 - `template_encoding` (Yang et al.'s template task): tokens (v_k, y_k), then (v_k, 0), all K scored.
-- `next_token_encoding` (AR(q), CoT): tokens s_1…s_{T}, target of position j is s_{j+1}.
+- `next_token_encoding` (AR(q), CoT): tokens $s_1, \dots, s_T$, target of position $j$ is $s_{j+1}$.
 
 Tasks (each draws prompts with ``prompts(key, batch)`` and keeps the clean targets for validation):
 
 - `RepresentationRegression`: y = A Φ*(x) + ε (§3.1, §5.1); with ``phi=None`` noisy linear
   regression, with any covariance prior for x (Zhang et al.'s random diagonal covariance, Fig. 1).
-- `ARRepresentation`: x_{t+1} = A Φ*([x_{t+1−q}, …, x_t]) + ε_t (§3.2).
+- `ARRepresentation`: $x_{t+1} = A \Phi^*([x_{t+1-q}, \dots, x_t]) + \varepsilon_t$ (§3.2).
 - `CoTMLP`: chains x, s¹ = σ(W¹x), …, s^L (§3.3, Li et al. 2023), W^ℓ drawn per prompt.
 
 Φ* is a fixed `LeakyReluMLP` drawn once from a seed.
@@ -89,7 +89,7 @@ def template_encoding(prompt: TemplatePrompt, clean=None) -> SequencePrompt:
 
 
 def next_token_encoding(seq: Float[Array, "S d"], mask: Float[Array, " S"], clean=None) -> SequencePrompt:
-    """Tokens s_1…s_{S−1}; position j predicts s_{j+1} where ``mask[j+1]`` is set."""
+    r"""Tokens $s_1, \dots, s_{S-1}$; position $j$ predicts $s_{j+1}$ where ``mask[j+1]`` is set."""
     clean = seq if clean is None else clean
     return SequencePrompt(seq[:-1], seq[1:], clean[1:], mask[1:])
 

@@ -1,18 +1,20 @@
-"""Theory of Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD.
+r"""Theory of Ahn, Cheng, Daneshmand & Sra: linear transformers learn preconditioned GD.
 
-Losses here follow jaxicl's convention ½E(ŷ − y_q)²; the paper's f of eq. (5) is twice that.
+Losses here follow jaxicl's convention $\tfrac12\mathbb{E}(\hat y - y_q)^2$; the paper's $f$ of eq. (5) is twice that.
 
-- Thm 1 (one layer, x ~ N(0, Σ), w ~ N(0, I)): the optimum (8) is b = e_{d+1},
-  A = −[Γ⁻¹; 0] with Γ = ((n+1)/n) Σ + (tr Σ / n) I, up to (b, A) ↦ (γb, A/γ); its loss is
-  ½(tr Σ − tr(Σ² Γ⁻¹)) (derived from the closed form of ``jaxicl.losses.linear_transformer``).
-- Lemma 2: with eq. (9) the prediction after layer i is ⟨x_q, w_i⟩, where w_0 = 0 and
-  w_{i+1} = w_i + A_i ∇R(w_i) (eq. 11), R(w) = (1/2n) Σ_j (wᵀx_j − y_j)² (eq. 10).
-- Thm 4: with w ~ N(0, Σ⁻¹) the set A_i = a_i Σ⁻¹ contains (near-)critical points. In whitened
-  coordinates such a model runs w ↦ w − a_i S̄ (w − w̄*) with S̄ the whitened Gram matrix, so its
-  loss ½E Σ_k Π_i (1 − a_i λ_k(S̄))² depends on a, d and n only (`thm4_family_loss`).
-- Baselines: L-step GD with its best constant step, L-step GD preconditioned by Σ⁻¹ (best constant
+- Thm 1 (one layer, $x \sim N(0, \Sigma)$, $w \sim N(0, I)$): the optimum (8) is $b = e_{d+1}$,
+  $A = -[\Gamma^{-1}; 0]$ with $\Gamma = \frac{n+1}{n} \Sigma + \frac{\operatorname{tr} \Sigma}{n} I$, up to
+  $(b, A) \mapsto (\gamma b, A/\gamma)$; its loss is $\tfrac12(\operatorname{tr} \Sigma - \operatorname{tr}(\Sigma^2
+  \Gamma^{-1}))$ (derived from the closed form of ``jaxicl.losses.linear_transformer``).
+- Lemma 2: with eq. (9) the prediction after layer $i$ is $\langle x_q, w_i\rangle$, where $w_0 = 0$ and
+  $w_{i+1} = w_i + A_i \nabla R(w_i)$ (eq. 11), $R(w) = \frac1{2n} \sum_j (w^\top x_j - y_j)^2$ (eq. 10).
+- Thm 4: with $w \sim N(0, \Sigma^{-1})$ the set $A_i = a_i \Sigma^{-1}$ contains (near-)critical points. In whitened
+  coordinates such a model runs $w \mapsto w - a_i \bar S (w - \bar w_*)$ with $\bar S$ the whitened Gram matrix, so
+  its loss $\tfrac12\mathbb{E} \sum_k \prod_i (1 - a_i \lambda_k(\bar S))^2$ depends on $a$, $d$ and $n$ only
+  (`thm4_family_loss`).
+- Baselines: $L$-step GD with its best constant step, $L$-step GD preconditioned by $\Sigma^{-1}$ (best constant
   step), and ordinary least squares.
-- Dist(M, I) = min_α ‖M − αI‖_F / ‖M‖_F (§5.3).
+- $\operatorname{Dist}(M, I) = \min_\alpha \|M - \alpha I\|_F / \|M\|_F$ (§5.3).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .zhang import gamma  # Γ = ((n+1)/n) Σ + (tr Σ / n) I (Thm 1, eq. 8 afte
 # its own for every shape.
 @jax.jit
 def thm1_optimum(Sigma, n) -> tuple[Float[Array, " D"], Float[Array, "D d"]]:
-    """(b, A) of eq. (8): b = e_{d+1}, A = −[Γ⁻¹; 0]."""
+    r"""$(b, A)$ of eq. (8): $b = e_{d+1}$, $A = -[\Gamma^{-1}; 0]$."""
     Sigma = jnp.asarray(Sigma)
     d = Sigma.shape[0]
     b = jnp.zeros(d + 1, Sigma.dtype).at[d].set(1.0)
@@ -61,7 +63,7 @@ def dist_to_identity(M: Float[Array, "... d d"]) -> Float[Array, "..."]:
 
 
 def sqrtm_psd(Sigma: Float[Array, "d d"]) -> Float[Array, "d d"]:
-    """Σ^{1/2} of a symmetric positive-definite matrix."""
+    r"""$\Sigma^{1/2}$ of a symmetric positive-definite matrix."""
     lam, V = jnp.linalg.eigh(Sigma)
     return (V * jnp.sqrt(lam)) @ V.T
 
@@ -72,8 +74,8 @@ def least_squares_gradient(prompt: Prompt, w: Float[Array, " d"]) -> Float[Array
 
 
 def preconditioned_gd_iterates(prompt: Prompt, A: Float[Array, "L d d"]) -> Float[Array, "L+1 d"]:
-    """w_0 = 0, w_{i+1} = w_i + A_i ∇R(w_i) (eq. 11). Lemma 2: ⟨x_q, w_i⟩ is the transformer's
-    prediction after layer i for the parametrization (9)."""
+    r"""$w_0 = 0$, $w_{i+1} = w_i + A_i \nabla R(w_i)$ (eq. 11). Lemma 2: $\langle x_q, w_i\rangle$ is the
+    transformer's prediction after layer $i$ for the parametrization (9)."""
 
     def step(w, Ai):
         w = w + Ai @ least_squares_gradient(prompt, w)

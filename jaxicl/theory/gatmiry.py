@@ -1,21 +1,23 @@
-"""Theory of Gatmiry, Saunshi, Reddi, Jegelka & Kumar, *On the role of depth and looping for
+r"""Theory of Gatmiry, Saunshi, Reddi, Jegelka & Kumar, *On the role of depth and looping for
 in-context learning with task diversity*: weight constructions, optima and bounds.
 
-Everything is about the restricted linear transformer (eq. 6, u = 0, σ = identity), whose error on
-an instance with Σ = X Xᵀ / n is −w*ᵀ M x_q, M = Π_t (I − Σ A_t) (Lemma 4; see
-`jaxicl.losses.restricted`). With A_t = a_t I, M = p(Σ) for the *residual polynomial*
-p(s) = Π_t (1 − a_t s), p(0) = 1, and the worst relative error |TF − w*ᵀx_q| / (‖w*‖‖x_q‖) over
-{α I ≼ Σ ≼ β I} is max_{s∈[α,β]} |p(s)|. κ = β/α.
+Everything is about the restricted linear transformer (eq. 6, $u = 0$, $\sigma$ = identity), whose error on
+an instance with $\Sigma = X X^\top / n$ is $-w_*^\top M x_q$, $M = \prod_t (I - \Sigma A_t)$ (Lemma 4; see
+`jaxicl.losses.restricted`). With $A_t = a_t I$, $M = p(\Sigma)$ for the *residual polynomial*
+$p(s) = \prod_t (1 - a_t s)$, $p(0) = 1$, and the worst relative error
+$|\mathrm{TF} - w_*^\top x_q| / (\|w_*\|\|x_q\|)$ over $\{\alpha I \preceq \Sigma \preceq \beta I\}$ is
+$\max_{s\in[\alpha,\beta]} |p(s)|$. $\kappa = \beta/\alpha$.
 
-- GD with a constant step (Thm 5, looped): a = 2/(α+β), worst error ((κ−1)/(κ+1))^L.
-- Chebyshev steps (Thm 2, multilayer): a_t = 1/λ_t with λ_t the roots of T_L mapped to [α, β],
-  worst error 1/T_L((κ+1)/(κ−1)).
-- Newton iteration (Thm 4, Fu et al.): M_j = 2M_{j−1} − M_{j−1}ΣM_{j−1}, M_0 = cΣ,
-  c = 2/(α²+β²), so I − M_LΣ = (I − cΣ²)^{2^L}: worst error ((κ²−1)/(κ²+1))^{2^L}. (The paper's
-  "M_j = 2M_{j−1}ΣM_{j−1}" drops the minus term.) An algorithm baseline: it is not a restricted model.
-- Optima of the fixed-Gram loss for Σ = s·I, s ~ μ: loss/d = min_p E_μ p(s)² over degree-L p with
-  p(0) = 1 (multilayer) — the kernel polynomial K_L(s, 0)/K_L(0, 0) with value 1/K_L(0, 0) — and
-  min_a E_μ (1 − a s)^{2L} (looped; convex in a).
+- GD with a constant step (Thm 5, looped): $a = 2/(\alpha+\beta)$, worst error $((\kappa-1)/(\kappa+1))^L$.
+- Chebyshev steps (Thm 2, multilayer): $a_t = 1/\lambda_t$ with $\lambda_t$ the roots of $T_L$ mapped to
+  $[\alpha, \beta]$, worst error $1/T_L((\kappa+1)/(\kappa-1))$.
+- Newton iteration (Thm 4, Fu et al.): $M_j = 2M_{j-1} - M_{j-1}\Sigma M_{j-1}$, $M_0 = c\Sigma$,
+  $c = 2/(\alpha^2+\beta^2)$, so $I - M_L\Sigma = (I - c\Sigma^2)^{2^L}$: worst error
+  $((\kappa^2-1)/(\kappa^2+1))^{2^L}$. (The paper's "$M_j = 2M_{j-1}\Sigma M_{j-1}$" drops the minus term.) An
+  algorithm baseline: it is not a restricted model.
+- Optima of the fixed-Gram loss for $\Sigma = sI$, $s \sim \mu$: loss$/d = \min_p \mathbb{E}_\mu\, p(s)^2$ over
+  degree-$L$ $p$ with $p(0) = 1$ (multilayer) — the kernel polynomial $K_L(s, 0)/K_L(0, 0)$ with value
+  $1/K_L(0, 0)$ — and $\min_a \mathbb{E}_\mu (1 - a s)^{2L}$ (looped; convex in $a$).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _check_layers(L):
 
 # --- constructions ---------------------------------------------------------------------------------
 def gd_step(alpha, beta) -> float:
-    """The constant step 2/(α+β) minimising max_{[α,β]} |1 − a s| (Thm 5)."""
+    r"""The constant step $2/(\alpha+\beta)$ minimising $\max_{[\alpha,\beta]} |1 - a s|$ (Thm 5)."""
     _check_interval(alpha, beta)
     return 2.0 / (alpha + beta)
 
@@ -94,14 +96,14 @@ def chebyshev_worst_error(kappa, L):
 
 
 def newton_residual(alpha, beta, L: int, s):
-    """Residual 1 − m_L(s) s = (1 − c s²)^{2^L}, c = 2/(α²+β²), of L Newton steps at eigenvalue s."""
+    r"""Residual $1 - m_L(s) s = (1 - c s^2)^{2^L}$, $c = 2/(\alpha^2+\beta^2)$, of $L$ Newton steps at eigenvalue $s$."""
     _check_interval(alpha, beta)
     c = 2.0 / (alpha**2 + beta**2)
     return (1 - c * np.asarray(s, float) ** 2) ** (2 ** int(L))
 
 
 def newton_worst_error(kappa, L):
-    """((κ²−1)/(κ²+1))^{2^L}."""
+    r"""$((\kappa^2-1)/(\kappa^2+1))^{2^L}$."""
     return ((kappa**2 - 1) / (kappa**2 + 1)) ** (2.0 ** np.asarray(L, float))
 
 
@@ -112,7 +114,7 @@ def residual_polynomial(steps, s):
 
 
 def worst_case_error(fn, alpha, beta, grid: int = 20001, refine: int = 60, candidates: int = 8) -> float:
-    """max_{s∈[α,β]} |fn(s)| for a vectorised ``fn``: a grid, then golden-section refinement
+    r"""$\max_{s\in[\alpha,\beta]} |\mathrm{fn}(s)|$ for a vectorised ``fn``: a grid, then golden-section refinement
     around each of the ``candidates`` best grid points (each local maximum is bracketed by its neighbours).
     The brackets are refined together, one call of ``fn`` per golden-section step (a jitted ``fn`` is then
     dispatched ``refine`` times, not ``candidates × refine`` times)."""
@@ -158,7 +160,7 @@ def model_scalar_error(model: LinearTransformer, n: int = 1):
 
 
 def newton_iteration_error(alpha, beta, L: int, Sigma) -> float:
-    """‖I − M_L Σ‖₂ after L Newton steps M_j = 2M_{j−1} − M_{j−1} Σ M_{j−1}, M_0 = cΣ (Thm 4)."""
+    r"""$\|I - M_L \Sigma\|_2$ after $L$ Newton steps $M_j = 2M_{j-1} - M_{j-1} \Sigma M_{j-1}$, $M_0 = c\Sigma$ (Thm 4)."""
     _check_interval(alpha, beta)
     Sigma = np.asarray(Sigma, float)
     M = 2.0 / (alpha**2 + beta**2) * Sigma
@@ -183,8 +185,9 @@ def depth_needed(worst_error_of_L, eps: float, L_max: int = 1 << 16) -> int:
 
 # --- optima of the fixed-Gram loss for Σ = s I ------------------------------------------------------
 def _recurrence(nodes, weights, L):
-    """Monic orthogonal polynomials of the discrete measure Σ w_i δ_{x_i} (Stieltjes): recurrence
-    coefficients α_0..α_L, β_1..β_L, squared norms ‖p_k‖², and p_k(0) for k ≤ L+1."""
+    r"""Monic orthogonal polynomials of the discrete measure $\sum_i w_i \delta_{x_i}$ (Stieltjes): recurrence
+    coefficients $\alpha_0, \dots, \alpha_L$, $\beta_1, \dots, \beta_L$, squared norms $\|p_k\|^2$, and $p_k(0)$ for
+    $k \le L+1$."""
     x, w = np.asarray(nodes, float), np.asarray(weights, float)
     p_prev, p = np.zeros_like(x), np.ones_like(x)
     at0_prev, at0 = 0.0, 1.0
@@ -208,12 +211,12 @@ def _recurrence(nodes, weights, L):
 
 
 def optimal_polynomial(nodes, weights, L: int):
-    """min over degree-L p with p(0) = 1 of Σ w_i p(x_i)² (= loss/d of the best L-layer model
-    A_t = a_t I at Σ = s I, s ~ Σ w_i δ_{x_i}); returns (steps a_t, minimum).
+    r"""$\min$ over degree-$L$ $p$ with $p(0) = 1$ of $\sum_i w_i p(x_i)^2$ (= loss$/d$ of the best $L$-layer model
+    $A_t = a_t I$ at $\Sigma = sI$, $s \sim \sum_i w_i \delta_{x_i}$); returns (steps $a_t$, minimum).
 
-    The minimiser is the kernel polynomial K_L(s, 0)/K_L(0, 0), minimum 1/K_L(0, 0) with
-    K_L(0, 0) = Σ_{k≤L} p_k(0)²/‖p_k‖². Its roots are the Gauss–Radau nodes with 0 prescribed:
-    eigenvalues of the Jacobi matrix whose last diagonal entry is α_L + p_{L+1}(0)/p_L(0), less 0."""
+    The minimiser is the kernel polynomial $K_L(s, 0)/K_L(0, 0)$, minimum $1/K_L(0, 0)$ with
+    $K_L(0, 0) = \sum_{k\le L} p_k(0)^2/\|p_k\|^2$. Its roots are the Gauss–Radau nodes with 0 prescribed:
+    eigenvalues of the Jacobi matrix whose last diagonal entry is $\alpha_L + p_{L+1}(0)/p_L(0)$, less 0."""
     _check_layers(L)
     alphas, betas, norms, at0 = _recurrence(nodes, weights, int(L))
     m = len(alphas)  # number of well-defined orthogonal polynomials
@@ -230,8 +233,8 @@ def optimal_polynomial(nodes, weights, L: int):
 
 
 def looped_optimum(nodes, weights, L: int, iters: int = 200):
-    """min over a of Σ w_i (1 − a x_i)^{2L} (convex in a), by bisection on the derivative;
-    returns (a*, minimum) (= loss/d of the best L-loop model A = a I at Σ = s I)."""
+    r"""$\min_a \sum_i w_i (1 - a x_i)^{2L}$ (convex in $a$), by bisection on the derivative;
+    returns $(a^*, \text{minimum})$ (= loss$/d$ of the best $L$-loop model $A = aI$ at $\Sigma = sI$)."""
     _check_layers(L)
     x, w = np.asarray(nodes, float), np.asarray(weights, float)
     live = w > 0
@@ -261,11 +264,12 @@ def scaling_errors(model: LinearTransformer, prompt: Prompt, gammas):
 
 
 def adaptive_depth(model: LinearTransformer, prompt: Prompt, eps):
-    """Thm 3 (as proved in App. E): stop at the first layer ℓ with ‖y^{(ℓ)}‖·‖x_q‖_{(XXᵀ)⁻¹} ≤ ε,
-    where y^{(ℓ)} is the label row of Z_ℓ; then |TF_ℓ − y_q| ≤ ε. (The statement's
-    ε/‖x_q‖_{XXᵀ} should read ε/‖x_q‖_{(XXᵀ)⁻¹}; Cauchy–Schwarz in the proof needs the inverse.)
+    r"""Thm 3 (as proved in App. E): stop at the first layer $\ell$ with
+    $\|y^{(\ell)}\| \cdot \|x_q\|_{(XX^\top)^{-1}} \le \varepsilon$, where $y^{(\ell)}$ is the label row of $Z_\ell$; then
+    $|\mathrm{TF}_\ell - y_q| \le \varepsilon$. (The statement's $\varepsilon/\|x_q\|_{XX^\top}$ should read
+    $\varepsilon/\|x_q\|_{(XX^\top)^{-1}}$; Cauchy–Schwarz in the proof needs the inverse.)
 
-    Returns (ℓ, |TF_ℓ − y_q|, the per-layer test statistic); ℓ = −1 if no layer passes."""
+    Returns $(\ell, |\mathrm{TF}_\ell - y_q|$, the per-layer test statistic); $\ell = -1$ if no layer passes."""
     Zs = model.all_layers(
         jnp.concatenate(
             [
@@ -287,8 +291,8 @@ def adaptive_depth(model: LinearTransformer, prompt: Prompt, eps):
 
 # --- Thm 6, Thm 7, Thm 8 ----------------------------------------------------------------------------
 def thm6_training_covariances(alpha, beta, d: int, L: int) -> np.ndarray:
-    """The L diagonal matrices of App. D.1: B_t with Ld distinct entries in [α, 2α] for t ≤ L−2,
-    and B_{L−1} = β I. P = (1/L) Σ_t δ_{B_t} is (1/L, 0) right-spread-out."""
+    r"""The $L$ diagonal matrices of App. D.1: $B_t$ with $Ld$ distinct entries in $[\alpha, 2\alpha]$ for
+    $t \le L-2$, and $B_{L-1} = \beta I$. $P = \frac1L \sum_t \delta_{B_t}$ is $(1/L, 0)$ right-spread-out."""
     _check_interval(alpha, beta)
     _check_layers(L)
     if beta / alpha < 10:
@@ -300,35 +304,36 @@ def thm6_training_covariances(alpha, beta, d: int, L: int) -> np.ndarray:
 
 
 def thm6_minimizer(alpha, beta, d: int, L: int) -> LinearTransformer:
-    """A_t = B_t⁻¹: zero loss on every training covariance, so a global minimiser."""
+    r"""$A_t = B_t^{-1}$: zero loss on every training covariance, so a global minimiser."""
     B = thm6_training_covariances(alpha, beta, d, L)
     return LinearTransformer.restricted(np.linalg.inv(B))
 
 
 def thm6_bound(eps, delta_prime, d: int, L: int, proved: bool = True) -> float:
-    """Lower bound on the OOD loss: ε δ′² d 9^{L−1} as App. D.1 proves ((1 − Σ/β)² ≥ δ′²), or the
-    statement's ε δ′ d 9^{L−1} (``proved=False``), which the proof does not give for δ′ < 1."""
+    r"""Lower bound on the OOD loss: $\varepsilon \delta'^2 d\, 9^{L-1}$ as App. D.1 proves ($(1 - \Sigma/\beta)^2 \ge
+    \delta'^2$), or the statement's $\varepsilon \delta' d\, 9^{L-1}$ (``proved=False``), which the proof does not give
+    for $\delta' < 1$."""
     return eps * (delta_prime**2 if proved else delta_prime) * d * 9.0 ** (L - 1)
 
 
 def looped_minimizer_diagonal(diagonals, probs, L: int) -> np.ndarray:
-    """Looped minimiser A* of E tr((I − Σ^½ A Σ^½)^{2L}) over a finite set of *diagonal* Σ: the
-    loss is convex in A and invariant under A ↦ DAD (D = diag(±1)), so A* is diagonal and each entry
-    solves the scalar problem `looped_optimum`."""
+    r"""Looped minimiser $A^*$ of $\mathbb{E} \operatorname{tr}((I - \Sigma^{1/2} A \Sigma^{1/2})^{2L})$ over a finite
+    set of *diagonal* $\Sigma$: the loss is convex in $A$ and invariant under $A \mapsto DAD$ ($D = \operatorname{diag}(\pm 1)$),
+    so $A^*$ is diagonal and each entry solves the scalar problem `looped_optimum`."""
     diagonals, probs = np.asarray(diagonals, float), np.asarray(probs, float)
     return np.diag([looped_optimum(diagonals[:, i], probs, L)[0] for i in range(diagonals.shape[1])])
 
 
 def thm7_bound(eps_prime, alpha, beta, d: int, L: int) -> float:
-    """Upper bound on the OOD loss of the looped minimiser, as App. B proves it:
-    ε′ ∨ d(1 − α/β)^L (the statement writes ε′ ∧ (1 − α/β)^{2L})."""
+    r"""Upper bound on the OOD loss of the looped minimiser, as App. B proves it:
+    $\varepsilon' \vee d(1 - \alpha/\beta)^L$ (the statement writes $\varepsilon' \wedge (1 - \alpha/\beta)^{2L}$)."""
     return max(eps_prime, d * (1 - alpha / beta) ** L)
 
 
 def looped_monotone_from(A, Sigma) -> float:
-    """L_0 of Thm 8: beyond it the looped loss tr((I − Σ^½AΣ^½)^{2L}) is monotone in L. With
-    β_j the eigenvalues of Σ^½AΣ^½: 1 if every |1 − β_j| ≤ 1 (then it decreases from the start),
-    else max_j ln(d/(|1−β_j| − 1)) / ln|1 − β_j| over |1 − β_j| > 1."""
+    r"""$L_0$ of Thm 8: beyond it the looped loss $\operatorname{tr}((I - \Sigma^{1/2}A\Sigma^{1/2})^{2L})$ is monotone in
+    $L$. With $\beta_j$ the eigenvalues of $\Sigma^{1/2}A\Sigma^{1/2}$: 1 if every $|1 - \beta_j| \le 1$ (then it
+    decreases from the start), else $\max_j \ln(d/(|1-\beta_j| - 1)) / \ln|1 - \beta_j|$ over $|1 - \beta_j| > 1$."""
     A, Sigma = np.asarray(A, float), np.asarray(Sigma, float)
     ev, V = np.linalg.eigh(Sigma)
     R = (V * np.sqrt(ev)) @ V.T

@@ -1,18 +1,22 @@
-"""Theory of Yang, Huang, Liang & Chi, *In-context learning with representations: contextual
+r"""Theory of Yang, Huang, Liang & Chi, *In-context learning with representations: contextual
 generalization of trained transformers*: the ridge-regression limit, the infimum of the loss, the
 constants of Thm 1 and the inference-time quantities of Thm 2 and §3.2.
 
-Notation (eqs. 12, 19, 34): Z = (z_1 … z_N) ∈ R^{m×N} the prompt features z_k = f(v_k),
-Ẑ = (Z, Z^Q) ∈ R^{m×K}, Ē = (I_N, 0) ∈ R^{N×K}, S = E[λλᵀ] (= I under Assumption 1),
-G = ZᵀSZ + τ tr(S) I_N (= ZᵀZ + mτI = Z̄²) and, for a ridge parameter c,
+Notation (eqs. 12, 19, 34): $Z = (z_1 \dots z_N) \in \mathbb{R}^{m\times N}$ the prompt features $z_k = f(v_k)$,
+$\hat Z = (Z, Z^Q) \in \mathbb{R}^{m\times K}$, $\bar E = (I_N, 0) \in \mathbb{R}^{N\times K}$,
+$S = \mathbb{E}[\lambda\lambda^\top]$ ($= I$ under Assumption 1),
+$G = Z^\top S Z + \tau \operatorname{tr}(S) I_N$ ($= Z^\top Z + m\tau I = \bar Z^2$) and, for a ridge parameter $c$,
 
-    A(c) = (ZᵀZ + c I_N)⁻¹ (ZᵀẐ + c Ē).
+$$
+A(c) = (Z^\top Z + c I_N)^{-1} (Z^\top \hat Z + c \bar E).
+$$
 
-The transformer's limit is A = A(mτ) (eq. 34: ridge regression (20) with penalty mτ/N); the best
-prediction (23)–(25) is A(Nτ) (penalty τ). Both predict the labels of the prompt tokens exactly
-(columns k ≤ N are e_k) and ŷ_k = ⟨y, A_{:,k}⟩ (eq. 27).
+The transformer's limit is $A = A(m\tau)$ (eq. 34: ridge regression (20) with penalty $m\tau/N$); the best
+prediction (23)–(25) is $A(N\tau)$ (penalty $\tau$). Both predict the labels of the prompt tokens exactly
+(columns $k \le N$ are $e_k$) and $\hat y_k = \langle y, A_{:,k}\rangle$ (eq. 27).
 
-The excess loss is Lemma 5: L(θ) − L⋆ = (1/2K) Σ_k ‖Z̄(â_k − A_{:,k})‖² = (1/2K) tr((Â − A)ᵀ G (Â − A)).
+The excess loss is Lemma 5: $L(\theta) - L^\star = \frac1{2K} \sum_k \|\bar Z(\hat a_k - A_{:,k})\|^2 =
+\frac1{2K} \operatorname{tr}((\hat A - A)^\top G (\hat A - A))$.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from ..tasks.template_regression import TemplateRegression
 # --- the ridge-regression limit and the infimum --------------------------------------------------------
 @eqx.filter_jit
 def ridge_matrix(task: TemplateRegression, c) -> Float[Array, "N K"]:
-    """A(c) = (ZᵀZ + cI)⁻¹(ZᵀẐ + cĒ): ŷ_k = ⟨y, A(c)_{:,k}⟩ is ridge regression on the prompt with
-    penalty c/N in the normalisation of eq. (20) (c = mτ: eq. 34; c = Nτ: eq. 25)."""
+    r"""$A(c) = (Z^\top Z + cI)^{-1}(Z^\top \hat Z + c\bar E)$: $\hat y_k = \langle y, A(c)_{:,k}\rangle$ is ridge
+    regression on the prompt with penalty $c/N$ in the normalisation of eq. (20) ($c = m\tau$: eq. 34; $c = N\tau$:
+    eq. 25)."""
     Z, N, K = task.Z, task.n_context, task.K
     gram = Z.T @ Z + c * jnp.eye(N, dtype=Z.dtype)
     return jnp.linalg.solve(gram, Z.T @ task.Z_hat + c * jnp.eye(N, K, dtype=Z.dtype))
@@ -72,8 +77,9 @@ def loss_infimum(task: TemplateRegression) -> Float[Array, ""]:
 
 @eqx.filter_jit
 def loss_infimum_lemma5(task: TemplateRegression) -> Float[Array, ""]:
-    """L⋆ written as in Lemma 5 (Assumption 1): (1/2K)[Σ_{k≤N} (‖z_k‖² + mτ − b_kᵀ Z̄⁻² b_k) +
-    Σ_{k>N} (‖z_k‖² − b_kᵀ Z̄⁻² b_k)], with b_k = Zᵀz_k + mτ e_k (k ≤ N), Zᵀz_k (k > N)."""
+    r"""$L^\star$ written as in Lemma 5 (Assumption 1): $\frac1{2K}\big[\sum_{k\le N} (\|z_k\|^2 + m\tau - b_k^\top
+    \bar Z^{-2} b_k) + \sum_{k>N} (\|z_k\|^2 - b_k^\top \bar Z^{-2} b_k)\big]$, with $b_k = Z^\top z_k + m\tau e_k$
+    ($k \le N$), $Z^\top z_k$ ($k > N$)."""
     Z, Zh, N, K, m = task.Z, task.Z_hat, task.n_context, task.K, task.m
     mt = m * task.tau
     B = Z.T @ Zh + mt * jnp.eye(N, K, dtype=Z.dtype)
@@ -104,13 +110,14 @@ def _gram_assumption1(task: TemplateRegression) -> Float[Array, "N N"]:
 
 @eqx.filter_jit
 def z_bar(task: TemplateRegression) -> Float[Array, "N N"]:
-    """Z̄ = (ZᵀZ + mτ I)^{1/2} (eq. 12)."""
+    r"""$\bar Z = (Z^\top Z + m\tau I)^{1/2}$ (eq. 12)."""
     return _sqrt_psd(_gram_assumption1(task))
 
 
 @eqx.filter_jit
 def attention_B(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, "K N H"]:
-    """B_k = Z̄ C_k ∈ R^{N×H} for every k (eq. 13); the columns of inactive (padded) heads are zero."""
+    r"""$B_k = \bar Z C_k \in \mathbb{R}^{N\times H}$ for every $k$ (eq. 13); the columns of inactive (padded) heads
+    are zero."""
     C = model.attention(task.tokens, task.n_context) * model.head_mask[:, None, None]  # (H, N, K)
     return jnp.einsum("ij,hjk->kih", z_bar(task), C)
 
@@ -124,18 +131,20 @@ def zeta(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, "
 
 @eqx.filter_jit
 def w_curvature(model: MultiHeadSoftmaxICL, task: TemplateRegression) -> Float[Array, ""]:
-    """Largest eigenvalue of the Hessian of L in w at fixed Q: max_k λ_max(B_kᵀB_k)/K (the loss is
-    (1/2K)Σ_k‖Z̄(C_k w_{:,k}) − Z̄A_{:,k}‖² + L⋆, Lemma 5). GD in w is stable for η_w < 2/w_curvature."""
+    r"""Largest eigenvalue of the Hessian of $L$ in $w$ at fixed $Q$: $\max_k \lambda_\max(B_k^\top B_k)/K$ (the loss
+    is $\frac1{2K}\sum_k\|\bar Z(C_k w_{:,k}) - \bar Z A_{:,k}\|^2 + L^\star$, Lemma 5). GD in $w$ is stable for
+    $\eta_w < 2/$``w_curvature``."""
     B = attention_B(model, task)
     return jnp.max(jnp.linalg.eigvalsh(B @ jnp.swapaxes(B, 1, 2))[:, -1]) / task.K  # N×N, same nonzero spectrum
 
 
 @eqx.filter_jit
 def w_floor(model: MultiHeadSoftmaxICL, task: TemplateRegression, A=None) -> Float[Array, ""]:
-    """min_w Δ at the model's Q: the excess loss (Lemma 5, eq. 36) that training w alone reaches,
-    (1/2K) Σ_k min_w ‖G^½(C_k w − a_k)‖², a least-squares problem per k (C_k ∈ R^{N×H}: the heads' attention
-    on the prompt for token k, G the loss metric, a_k column k of A). 0 when every C_k has full row rank
-    (Assumption 2, which Prop. 1 gives for H ≥ N at a Gaussian Q); positive when H < N, since rank C_k ≤ H."""
+    r"""$\min_w \Delta$ at the model's $Q$: the excess loss (Lemma 5, eq. 36) that training $w$ alone reaches,
+    $\frac1{2K} \sum_k \min_w \|G^{1/2}(C_k w - a_k)\|^2$, a least-squares problem per $k$
+    ($C_k \in \mathbb{R}^{N\times H}$: the heads' attention on the prompt for token $k$, $G$ the loss metric, $a_k$
+    column $k$ of $A$). 0 when every $C_k$ has full row rank (Assumption 2, which Prop. 1 gives for $H \ge N$ at a
+    Gaussian $Q$); positive when $H < N$, since $\operatorname{rank} C_k \le H$."""
     A = optimal_prediction_matrix(task) if A is None else A
     R = _sqrt_psd(loss_gram(task))
     C = model.attention(task.tokens, task.n_context) * model.head_mask[:, None, None]  # (H, N, K)
@@ -163,17 +172,22 @@ class Theorem1Constants:
 
 
 def theorem1_constants(model0: MultiHeadSoftmaxICL, task: TemplateRegression) -> Theorem1Constants:
-    """Step sizes and rate of Thm 1 (Assumption 1: S = I; w^(0) = 0).
+    r"""Step sizes and rate of Thm 1 (Assumption 1: $S = I$; $w^{(0)} = 0$).
 
-    γ = ζ0^{-5/4} (128√2/(√2 − 1) ‖Z̄‖₂² √H f̄_max K^{3/2} Δ(0))^{1/2} (15), the value at which (48)
-    keeps λ_min(B_k B_kᵀ) ≥ ζ0/2; ᾱ = 4√(2K) ‖Z̄‖₂ √Δ(0) / (γ ζ0) (44); and the tighter smoothness
+    $\gamma = \zeta_0^{-5/4} \big(\frac{128\sqrt2}{\sqrt2 - 1} \|\bar Z\|_2^2 \sqrt H \bar f_\max K^{3/2}
+    \Delta(0)\big)^{1/2}$ (15), the value at which (48) keeps $\lambda_\min(B_k B_k^\top) \ge \zeta_0/2$;
+    $\bar\alpha = 4\sqrt{2K} \|\bar Z\|_2 \sqrt{\Delta(0)} / (\gamma \zeta_0)$ (44); and the tighter smoothness
     constant of Lemma 10 (61),
 
-        L² = 2[(1/K)(2γ‖Z̄‖₂²(2γHᾱ + ‖A‖₂))² + γ⁴H²‖Z̄‖₂⁴/K²]
-             + 8 (γ f̄_max ‖Z̄‖₂ / K)² max{1, 4Kᾱ²} [(ᾱγH)² + 4N(ᾱγH + ‖A‖₂)²].
+    $$
+    L^2 = 2\Big[\tfrac1K\big(2\gamma\|\bar Z\|_2^2(2\gamma H\bar\alpha + \|A\|_2)\big)^2 + \gamma^4 H^2\|\bar Z\|_2^4/K^2\Big]
+    + 8 \big(\gamma \bar f_\max \|\bar Z\|_2 / K\big)^2 \max\{1, 4K\bar\alpha^2\}
+    \big[(\bar\alpha\gamma H)^2 + 4N(\bar\alpha\gamma H + \|A\|_2)^2\big].
+    $$
 
-    The text of (61) shows the factor γ f̄_max‖Z̄‖₂ (from (58)) without its square and 1/K; both are
-    restored here so that L scales like the loss (L² ∝ c⁴ when f → c f, τ → c²τ), as (58) gives.
+    The text of (61) shows the factor $\gamma \bar f_\max\|\bar Z\|_2$ (from (58)) without its square and $1/K$; both
+    are restored here so that $L$ scales like the loss ($L^2 \propto c^4$ when $f \to c f$, $\tau \to c^2\tau$), as (58)
+    gives.
     """
     task = task.with_coefficients(0.0, 1.0)
     K, N = task.K, task.n_context
@@ -267,7 +281,7 @@ def expected_inference_loss(A_hat, task_eval: TemplateRegression, A_ref=None) ->
 
 
 def _seen_gram(task: TemplateRegression, n_context):
-    """(N, mask of the N prompt tokens among K, G_N = Σ_{k≤N} z_k z_kᵀ); N may be traced."""
+    r"""($N$, mask of the $N$ prompt tokens among $K$, $G_N = \sum_{k\le N} z_k z_k^\top$); $N$ may be traced."""
     N = task.n_context if n_context is None else n_context
     F = task.features
     seen = (jnp.arange(task.K) < N).astype(F.dtype)
@@ -276,13 +290,17 @@ def _seen_gram(task: TemplateRegression, n_context):
 
 @eqx.filter_jit
 def expected_gap(task: TemplateRegression, n_context=None) -> Float[Array, ""]:
-    """E (1/K)‖ŷ⋆ − ŷ_best‖² in closed form (Fig. 3), for prompts of length ``n_context`` (default N;
-    may be traced, so one program covers a range of N):
+    r"""$\mathbb{E}\,\frac1K\|\hat y^\star - \hat y_\text{best}\|^2$ in closed form (Fig. 3), for prompts of length
+    ``n_context`` (default $N$; may be traced, so one program covers a range of $N$):
 
-        (1/K) tr( (ẐẐᵀ − G_N) D (G_N S G_N + τ trS G_N) D ),   D = (G_N + mτI)⁻¹ − (G_N + NτI)⁻¹,
+    $$
+    \tfrac1K \operatorname{tr}\big( (\hat Z\hat Z^\top - G_N) D (G_N S G_N + \tau \operatorname{tr}S\, G_N) D \big), \qquad
+    D = (G_N + m\tau I)^{-1} - (G_N + N\tau I)^{-1},
+    $$
 
-    G_N = Σ_{k≤N} z_k z_kᵀ (m×m): only the unseen labels differ, ŷ⋆_k − ŷbest_k = z_kᵀ(λ̂ − λ̂_τ),
-    and E[Zy yᵀZᵀ] = G_N S G_N + τ trS G_N."""
+    $G_N = \sum_{k\le N} z_k z_k^\top$ ($m\times m$): only the unseen labels differ,
+    $\hat y^\star_k - \hat y^\text{best}_k = z_k^\top(\hat\lambda - \hat\lambda_\tau)$, and
+    $\mathbb{E}[Zy y^\top Z^\top] = G_N S G_N + \tau \operatorname{tr}S\, G_N$."""
     N, seen, G = _seen_gram(task, n_context)
     F, m, tau = task.features, task.m, task.tau
     S = task.coef_second_moment()

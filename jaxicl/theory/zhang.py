@@ -23,7 +23,8 @@ def gamma(Lam, N):
 
 
 def w_star(Lam, N):
-    """Limit (4.1): W^KQ_* = tr(Γ⁻²)^{-1/4} diag(Γ⁻¹, 0), W^PV_* = tr(Γ⁻²)^{1/4} e_{d+1}e_{d+1}ᵀ."""
+    r"""Limit (4.1): $W^{KQ}_* = \operatorname{tr}(\Gamma^{-2})^{-1/4} \operatorname{diag}(\Gamma^{-1}, 0)$,
+    $W^{PV}_* = \operatorname{tr}(\Gamma^{-2})^{1/4} e_{d+1}e_{d+1}^\top$."""
     d = Lam.shape[-1]
     gi = jnp.linalg.inv(gamma(Lam, N))
     c = jnp.trace(gi @ gi) ** 0.25
@@ -33,18 +34,19 @@ def w_star(Lam, N):
 
 
 def w_star_model(Lam, N) -> LinearSelfAttention:
-    """The LSA model at Thm 4.1's global minimiser (W^KQ_*, W^PV_*) of eq. (4.1) (`w_star`)."""
+    r"""The LSA model at Thm 4.1's global minimiser $(W^{KQ}_*, W^{PV}_*)$ of eq. (4.1) (`w_star`)."""
     return LinearSelfAttention(*w_star(Lam, N))
 
 
 def reduced_loss(U11, u, Lam, N):
-    """ℓ̃(U11, u_{-1}) = tr[½ u² Γ Λ U11 Λ U11ᵀ − u Λ² U11ᵀ] (eq. 5.5)."""
+    r"""$\tilde\ell(U_{11}, u_{-1}) = \operatorname{tr}[\tfrac12 u^2 \Gamma \Lambda U_{11} \Lambda U_{11}^\top - u \Lambda^2
+    U_{11}^\top]$ (eq. 5.5)."""
     G = gamma(Lam, N)
     return jnp.trace(0.5 * u**2 * G @ Lam @ U11 @ Lam @ U11.T - u * Lam @ Lam @ U11.T)
 
 
 def reduced_vector_field(U11, u, Lam, N):
-    """Right-hand side of the gradient-flow ODE (5.4): (dU11/dt, du_{-1}/dt)."""
+    r"""Right-hand side of the gradient-flow ODE (5.4): $(dU_{11}/dt,\ du_{-1}/dt)$."""
     G = gamma(Lam, N)
     dU = -(u**2) * G @ Lam @ U11 @ Lam + u * Lam @ Lam
     du = -jnp.trace(u * G @ Lam @ U11 @ Lam @ U11.T - Lam @ Lam @ U11.T)
@@ -52,7 +54,8 @@ def reduced_vector_field(U11, u, Lam, N):
 
 
 def min_reduced_loss(Lam, N):
-    """min ℓ̃ = −½ tr(Λ² Γ⁻¹), attained at u_{-1} U11 = Γ⁻¹ (Lemma 5.3)."""
+    r"""$\min \tilde\ell = -\tfrac12 \operatorname{tr}(\Lambda^2 \Gamma^{-1})$, attained at $u_{-1} U_{11} = \Gamma^{-1}$
+    (Lemma 5.3)."""
     return -0.5 * jnp.trace(Lam @ Lam @ jnp.linalg.inv(gamma(Lam, N)))
 
 
@@ -62,14 +65,14 @@ def min_population_loss(Lam, N):
 
 
 def sigma_condition(sigma, Lam, N):
-    """σ² ‖Γ‖_op √d < 2 (Thm 4.1). Returns (holds, lhs)."""
+    r"""$\sigma^2 \|\Gamma\|_\text{op} \sqrt d < 2$ (Thm 4.1). Returns (holds, lhs)."""
     d = Lam.shape[-1]
     lhs = sigma**2 * jnp.linalg.norm(gamma(Lam, N), 2) * jnp.sqrt(d)
     return lhs < 2, lhs
 
 
 def pl_constant(sigma, theta_theta_t, Lam, N):
-    """μ of eq. (5.7) for the initialization σ, ΘΘᵀ (with ‖ΘΘᵀ‖_F = 1)."""
+    r"""$\mu$ of eq. (5.7) for the initialization $\sigma$, $\Theta\Theta^\top$ (with $\|\Theta\Theta^\top\|_F = 1$)."""
     d = Lam.shape[-1]
     G = gamma(Lam, N)
     Li = jnp.linalg.inv(Lam)
@@ -97,15 +100,17 @@ def prediction_error(a, Sigma, best_linear_error, Lam, N, M):
 
 
 def linear_task_moments(w, Lam, noise_std=0.0):
-    """(a, Σ, best linear error) of Thm 4.2 for y = ⟨w, x⟩ + ε, ε ~ N(0, s²):
-    a = w, Σ = ‖w‖²_Λ Λ + Λwwᵀ Λ + s² Λ, best error s²."""
+    r"""($a$, $\Sigma$, best linear error) of Thm 4.2 for $y = \langle w, x\rangle + \varepsilon$,
+    $\varepsilon \sim N(0, s^2)$: $a = w$, $\Sigma = \|w\|^2_\Lambda \Lambda + \Lambda w w^\top \Lambda + s^2 \Lambda$,
+    best error $s^2$."""
     s2 = noise_std**2
     Lw = Lam @ w
     return w, (w @ Lw) * Lam + jnp.outer(Lw, Lw) + s2 * Lam, s2
 
 
 def prediction_error_isotropic(Lam, N, M):
-    """E_w of the noiseless linear error (after Thm 4.2) for w ~ N(0, I): ‖w‖²_A → tr A."""
+    r"""$\mathbb{E}_w$ of the noiseless linear error (after Thm 4.2) for $w \sim N(0, I)$:
+    $\|w\|^2_A \to \operatorname{tr} A$."""
     G = gamma(Lam, N)
     Gi2 = jnp.linalg.matrix_power(jnp.linalg.inv(G), 2)
     L2, L3 = Lam @ Lam, Lam @ Lam @ Lam
@@ -140,8 +145,10 @@ def covariate_scaling_slope(Lam, N, c):
 
 
 def query_shift_error(Lam, Lam_query, N, M):
-    """§4.2 query shift: E(ŷ − ⟨w, x_q⟩)² of W* for x_i ~ N(0, Λ), x_q ~ N(0, Λ_q), w ~ N(0, I):
-    tr(Λ_q [Γ⁻¹ E(Ŝ²) Γ⁻¹ − Γ⁻¹Λ − ΛΓ⁻¹ + I]), E Ŝ² = Λ² + (Λ² + tr(Λ)Λ)/M (Wishart)."""
+    r"""§4.2 query shift: $\mathbb{E}(\hat y - \langle w, x_q\rangle)^2$ of $W^*$ for $x_i \sim N(0, \Lambda)$,
+    $x_q \sim N(0, \Lambda_q)$, $w \sim N(0, I)$: $\operatorname{tr}(\Lambda_q [\Gamma^{-1} \mathbb{E}(\hat S^2) \Gamma^{-1}
+    - \Gamma^{-1}\Lambda - \Lambda\Gamma^{-1} + I])$, $\mathbb{E} \hat S^2 = \Lambda^2 + (\Lambda^2 +
+    \operatorname{tr}(\Lambda)\Lambda)/M$ (Wishart)."""
     d = Lam.shape[-1]
     Gi = jnp.linalg.inv(gamma(Lam, N))
     ES2 = Lam @ Lam + (Lam @ Lam + jnp.trace(Lam) * Lam) / M
