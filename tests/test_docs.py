@@ -154,3 +154,24 @@ def test_code_blocks_fit_the_text_column():
         if len(line) > 79
     ]
     assert not wide, wide
+
+
+def test_docstrings_write_their_equations_as_math():
+    """A subscript or superscript group (``_{…}``, ``^{…}``) in a public docstring sits inside ``$…$`` or ``$$…$$``,
+    where MathJax renders it, not in the text, where the site would show the raw TeX."""
+    import ast
+
+    tex = re.compile(r"[_^]\{")
+    raw = []
+    for path in sorted((ROOT / "jaxicl").rglob("*.py")):
+        if path.name.startswith("_") and path.name != "__init__.py":
+            continue  # private modules are not on the site
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)):
+                continue
+            if getattr(node, "name", "").startswith("_"):
+                continue
+            text = ast.get_docstring(node) or ""
+            text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$|``[^`]*``", "", text, flags=re.S)
+            raw += [f"{path.relative_to(ROOT)}: {line.strip()}" for line in text.splitlines() if tex.search(line)]
+    assert not raw, "\n".join(raw)

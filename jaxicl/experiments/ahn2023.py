@@ -179,7 +179,8 @@ def seed_problem(
 
 
 def distances(model: LinearTransformer, Sigma):
-    """Per layer: Dist(Σ^{1/2}A_iΣ^{1/2}, I) (blue), Dist(A_i, I) (red), and for eq. (13) Dist(B_i, I)."""
+    r"""Per layer: $\operatorname{Dist}(\Sigma^{1/2}A_i\Sigma^{1/2}, I)$ (blue), $\operatorname{Dist}(A_i, I)$ (red), and for
+    eq. (13) $\operatorname{Dist}(B_i, I)$."""
     R = ahn.sqrtm_psd(Sigma)
     A = model.params.matrices()
     out = {"blue": ahn.dist_to_identity(R @ A @ R), "red": ahn.dist_to_identity(A)}

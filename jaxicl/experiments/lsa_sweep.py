@@ -22,7 +22,8 @@ from .settings import Sized
 
 
 def geometric_covariance(d: int, kappa):
-    """diag(κ^{i/(d−1)}), i = 0 … d−1: eigenvalues from 1 to κ (differentiable, traceable in κ)."""
+    r"""$\operatorname{diag}(\kappa^{i/(d-1)})$, $i = 0, \dots, d-1$: eigenvalues from 1 to $\kappa$ (differentiable,
+    traceable in $\kappa$)."""
     frac = jnp.linspace(0.0, 1.0, d) if d > 1 else jnp.zeros(1)
     return jnp.diag(jnp.exp(frac * jnp.log(kappa)))
 

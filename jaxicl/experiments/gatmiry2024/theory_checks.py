@@ -406,8 +406,9 @@ def gd_relative_errors(etas, kappa, s_unit):
 
 
 def learn_step_sizes(kappa, cfg: Config):
-    """Step sizes minimising the worst relative error over s ∈ [1, κ] after ``cfg.learned_steps`` GD steps, found by
-    differentiating through the runs: L-BFGS on the smooth maximum (mean_s e(s)^p)^{1/p} over a uniform grid of s,
+    r"""Step sizes minimising the worst relative error over s ∈ [1, κ] after ``cfg.learned_steps`` GD steps, found by
+    differentiating through the runs: L-BFGS on the smooth maximum $(\operatorname{mean}_s e(s)^p)^{1/p}$ over a uniform
+    grid of s,
     with p raised through ``cfg.learned_powers`` (p → ∞ is the worst case), each for at most
     ``cfg.learned_iterations`` iterations (it stops once an iteration gains ≤ 1e-13 relative: 14–72 iterations at quick
     size). Starts from steps spread over [1/κ, 1] (equal steps are a symmetric point the gradient cannot leave).
