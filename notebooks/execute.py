@@ -21,7 +21,9 @@ HERE = Path(__file__).parent
 
 def source_hash(nb) -> str:
     """sha256 of the notebook's code cells, in order (what its outputs depend on)."""
-    code = "\n# ---\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    code = "\n# ---\n".join(
+        c.source for c in nb.cells if c.cell_type == "code"
+    )
     return hashlib.sha256(code.encode()).hexdigest()
 
 
@@ -29,13 +31,20 @@ def execute(path: Path) -> None:
     import jax
 
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     nb.metadata["jaxicl"] = {
         "source_sha256": source_hash(nb),
         "executed": datetime.date.today().isoformat(),
         "jax": jax.__version__,
     }
-    for cell in nb.cells:  # execution counts and timings change on every run: not kept
+    for cell in (
+        nb.cells
+    ):  # execution counts and timings change on every run: not kept
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
 

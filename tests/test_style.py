@@ -1,4 +1,5 @@
-"""The tree is formatted and linted as pyproject.toml's [tool.ruff] says (``ruff format``, ``ruff check``)."""
+"""The tree is formatted and linted as pyproject.toml's [tool.ruff] says (``ruff format``, ``ruff check``), the notebooks
+within 79 columns, the documentation site's text column (notebooks/ruff.toml)."""
 
 import shutil
 import subprocess
