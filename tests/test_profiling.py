@@ -119,39 +119,3 @@ def test_cli_cache_options(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("JAXICL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert compilation_cache.default_dir() == tmp_path / "xdg" / "jaxicl" / "xla"
-
-
-_FLOW = """
-import json, sys, jax, jax.numpy as jnp
-jax.config.update("jax_enable_x64", True)
-import jaxicl as icl
-from jaxicl.runtime import compilation_cache
-from jaxicl.runtime.profiling import StageTimer
-compilation_cache.enable(sys.argv[1], min_compile_seconds=0.0)
-timer = StageTimer()
-sol = icl.gradient_flow(lambda p: jnp.sum((p - 1.0) ** 2) + jnp.sum(p ** 4), jnp.zeros(3), 5.0, n_save=7)
-stage = timer.lap("flow")
-print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "loss": float(sol.losses[-1])}))
-"""
-
-
-def test_a_gradient_flow_is_read_back_from_the_persistent_cache_in_a_new_process(tmp_path):
-    """A flow's program holds no host callback (diffrax's checks of the save times are resolved while tracing, on
-    the host's constant times), so a second process reads every program it needs from the persistent cache."""
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", _FLOW, str(tmp_path / "xla")],
-                capture_output=True,
-                text=True,
-                check=True,
-                env={**os.environ, "JAX_PLATFORMS": "cpu"},
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        for _ in range(2)
-    ]
-    cold, warm = runs
-    assert cold["hits"] == 0 and warm["programs"] >= 1 and warm["hits"] == warm["programs"]
-    assert warm["loss"] == cold["loss"]

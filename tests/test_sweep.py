@@ -119,8 +119,7 @@ def test_lsa_example_converged_loss_equals_zhang_closed_form_at_every_point():
 
 
 def test_lsa_flow_failures_are_raised_on_the_host_naming_the_grid_point():
-    """The LSA example's program returns the flows' failure flags (no host callback, so it can be cached); the
-    host check names the first failing point."""
+    """The LSA example's program returns the flows' failure flags; the host check names the first failing point."""
     import xarray as xr
 
     from jaxicl.experiments.lsa_sweep import raise_if_any_flow_failed

@@ -73,8 +73,8 @@ def test_sigma_violating_theorem_condition_warns_and_runs():
     ],
 )
 def test_gradient_flow_save_times_and_first_step_are_checked_on_the_host(kwargs, match):
-    """gradient_flow checks ts and dt0 itself (diffrax's own checks are host callbacks in the compiled program, which
-    would keep it out of the persistent compilation cache, so they are switched off while it traces)."""
+    """gradient_flow checks ts and dt0 on the host, before anything is traced, naming the argument (diffrax checks ts
+    again inside the program)."""
     with pytest.raises(ValueError, match=match):
         icl.gradient_flow(lambda p: jnp.sum(p**2), jnp.ones(2), 10.0, **kwargs)
 

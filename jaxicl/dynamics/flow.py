@@ -10,8 +10,6 @@ stop (``stop_when``, ``steady_state_tol``) is not, and differentiating through o
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from typing import Callable
 
 import diffrax
@@ -134,8 +132,10 @@ def gradient_flow(
             located by a Newton root find on L(θ(t)) − level, and differentiable (a smooth time-to-ε).
 
         check: raise if the flow diverges or the solver fails (default). Under ``jit`` that is an ``eqx.error_if``,
-            a host callback, and JAX never writes a program holding one to the persistent compilation cache:
-            programs meant to be cached (sweeps) pass ``False`` and call `check_flow` on the result.
+            whose message cannot say when or where: a jitted or vmapped caller passes ``False`` and calls
+            `check_flow` on the result, which raises on the host naming the time, the quantity and the flow of a
+            batch. (The program holds diffrax's own runtime checks of the save times, host callbacks, so JAX's
+            persistent compilation cache does not keep it: a flow compiles afresh in each process.)
 
     Returns:
         `FlowSolution`: the saved times ``ts``, the parameters at each (``models``: every leaf stacked on a leading
@@ -171,8 +171,7 @@ def gradient_flow(
     rate = per_leaf(1.0 if rates is None else rates, params)
     if ts is None:
         ts = log_time_grid(t1, n_save)
-    ts_on_host = not isinstance(ts, jax.core.Tracer)
-    if ts_on_host:
+    if not isinstance(ts, jax.core.Tracer):  # diffrax checks them again inside the program (a traced ts too)
         _check_save_times(np.asarray(ts), float(t1))
     dtype = _integrable_dtype(dynamic)
     ts = jnp.asarray(ts).astype(dtype)
@@ -212,8 +211,7 @@ def gradient_flow(
             saved, final, t_final = _after_boolean_stop((saved, final, t_final), what)
         return _flow_solution(sol, ts, saved, final, t_final, field_args[0], static, divergence_threshold, solver)
 
-    with _diffrax_save_time_checks_off() if ts_on_host else contextlib.nullcontext():
-        out = eqx.filter_jit(solve)(dynamic, ts, field_args, dt0)
+    out = eqx.filter_jit(solve)(dynamic, ts, field_args, dt0)
     return check_flow(out) if check else out
 
 
@@ -338,33 +336,6 @@ def _flow_solution(sol, ts, saved, final, t_final, loss_cc, static, divergence_t
 def _check_save_times(ts: np.ndarray, t1: float) -> None:
     if ts.ndim != 1 or ts.size == 0 or np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > t1:
         raise ValueError(f"ts must be a non-empty increasing 1-D grid inside [0, t1 = {t1}], got {ts}.")
-
-
-@contextlib.contextmanager
-def _diffrax_save_time_checks_off():
-    """Trace ``diffeqsolve`` without its checks of ``saveat.ts`` (``equinox.internal.error_if``; `gradient_flow`
-    made the same checks on the host already). In a compiled program such a check is a host callback, and JAX never
-    writes a program holding one to the persistent compilation cache: every flow would compile afresh in every
-    process. Only ``equinox.internal.error_if`` (diffrax's input checks) is replaced, not ``equinox.error_if``, so
-    runtime checks in a model or a loss still raise."""
-    import equinox.internal as eqxi
-
-    original = getattr(eqxi, "error_if", None)
-    if original is None:  # another equinox: leave its checks alone (the program is then not cached, still right)
-        yield
-        return
-    # Neither diffrax (0.7) nor equinox offers a switch for these checks: ``EQX_ON_ERROR`` is read once, at import,
-    # for every check of the process, and a jitted ``diffeqsolve`` traces ``ts`` whatever its value. One thread at a
-    # time traces with them off (tests/test_profiling.py shows the program is then read back from the cache).
-    with _DIFFRAX_CHECKS_OFF:
-        eqxi.error_if = lambda x, pred, msg: x
-        try:
-            yield
-        finally:
-            eqxi.error_if = original
-
-
-_DIFFRAX_CHECKS_OFF = threading.Lock()
 
 
 def _save_at(ts, backsolve: bool) -> diffrax.SaveAt:

@@ -55,7 +55,7 @@ class LSAFlowPoint:
             atol=self.atol,
             solver=self.solver,
             check=False,
-        )  # checked on the host (raise_if_any_flow_failed): the program stays cacheable
+        )  # checked on the host (raise_if_any_flow_failed), which names the grid point
         return {
             "final_loss": sol.losses[-1],
             "theory_min_loss": zhang.min_population_loss(lam, n_context),
@@ -68,7 +68,7 @@ class LSAFlowPoint:
 def raise_if_any_flow_failed(ds) -> None:
     """The host half of the flows' check, for a dataset of `LSAFlowPoint` outputs: ``FloatingPointError``
     naming the first grid point whose flow diverged, ``RuntimeError`` for one whose solver stopped before t1.
-    (Checked inside the program, the check would be a host callback, and JAX does not cache such programs.)"""
+    (Checked inside the program, the error could not say which point.)"""
     failures = (
         ("flow_diverged", FloatingPointError, "diverged (non-finite or exploding loss, parameters or gradient)"),
         (

@@ -290,7 +290,7 @@ def _from_random_inits(cfg: Config, key, loss_fn, lmin, task):
         m0 = models.LinearSelfAttention.random_init(d, 0.1, k)
         return dynamics.gradient_flow(
             loss_fn, m0, cfg.t1 * 5, solver="kvaerno5", rtol=1e-8, atol=1e-10, check=False
-        )  # checked below, on the host: keeps the program cacheable
+        )  # checked below, on the host, which names the flow that failed
 
     rsols = dynamics.check_flow(jax.jit(jax.vmap(flow_from_random))(jax.random.split(key, cfg.n_random_inits)))
     rand_gap = np.asarray(rsols.losses[:, -1] - lmin)
