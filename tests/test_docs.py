@@ -132,6 +132,9 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with their stored outputs, figures too
         html = (site / "notebooks" / notebook.stem / "index.html").read_text()
         assert "image/png" in html or "<img" in html, notebook.stem
+        # its code cells take the text column (prompts hidden: notebooks/ruff.toml keeps the lines within 79 columns)
+        assert "stylesheets/notebooks.css" in html, notebook.stem
+        assert not re.search(r'<(link|script)[^>]+(href|src)="https?://', html), notebook.stem
     # the navigation shows the notebooks under the titles mkdocs.yml gives them, not their first headings
     titles = re.findall(r"^\s+- (.+): notebooks/\S+\.ipynb$", (ROOT / "mkdocs.yml").read_text(), re.M)
     assert len(titles) == len(list((ROOT / "notebooks").glob("*.ipynb")))
