@@ -178,3 +178,20 @@ def test_docstrings_write_their_equations_as_math():
             text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$|``[^`]*``", "", text, flags=re.S)
             raw += [f"{path.relative_to(ROOT)}: {line.strip()}" for line in text.splitlines() if tex.search(line)]
     assert not raw, "\n".join(raw)
+
+
+def test_notebook_markdown_writes_its_equations_as_math():
+    """The notebooks' Markdown cells too: a subscript or superscript group sits inside ``$…$``, which the site's
+    MathJax typesets there (docs/javascripts/mathjax.js processes ``jp-RenderedMarkdown``)."""
+    import nbformat
+
+    config = (ROOT / "docs" / "javascripts" / "mathjax.js").read_text()
+    assert "jp-RenderedMarkdown" in config and '["$", "$"]' in config
+    tex = re.compile(r"[_^]\{|\b\w_\w")
+    raw = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`", "", cell.source, flags=re.S)
+                raw += [f"{path.name}: {line.strip()}" for line in text.splitlines() if tex.search(line)]
+    assert not raw, "\n".join(raw)
