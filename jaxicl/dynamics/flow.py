@@ -348,17 +348,7 @@ def _save_at(ts, backsolve: bool) -> diffrax.SaveAt:
 def _after_boolean_stop(tree, what: str):
     """``tree`` (saved states, final state, stop time) unchanged, and not differentiable: the stop time of a boolean
     event is the end of a solver step, so its derivative is lost, and a derivative of anything after it would
-    silently miss d(stop time)/dθ."""
-    return _not_differentiable(
-        tree,
-        f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
-        f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
-        "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable.",
-    )
-
-
-def _not_differentiable(tree, message: str):
-    """``tree`` unchanged; differentiating through it raises ``ValueError(message)`` (at trace time)."""
+    silently miss d(stop time)/dθ. Differentiating through it raises ``ValueError`` (at trace time)."""
 
     @jax.custom_jvp
     def identity(x):
@@ -366,7 +356,11 @@ def _not_differentiable(tree, message: str):
 
     @identity.defjvp
     def _jvp(primals, tangents):
-        raise ValueError(message)
+        raise ValueError(
+            f"gradient_flow({what}=...) stops at a boolean event, whose time is not differentiable: a derivative "
+            f"through it would miss d(stop time)/dθ. Differentiate a fixed horizon (no {what}), or stop at a loss "
+            "level with stop_at_loss=ε, whose time is found by a root finder and is differentiable."
+        )
 
     return jax.tree_util.tree_map(lambda x: identity(x) if eqx.is_inexact_array(x) else x, tree)
 
