@@ -269,6 +269,28 @@ def test_representation_and_ar_tasks_follow_their_equations():
     assert rms[-50:].mean() < 3 * rms[:50].mean()  # stationary in scale over 200 steps, not exploding
 
 
+def test_a_normalized_representation_has_the_output_scale_of_its_width_whatever_its_draw():
+    """`LeakyReluMLP(normalize=True)` is the same draw with its last layer times one positive scalar, and
+    E‖Φ*(z)‖² = d_out (z ~ N(0, I)) on a fresh sample, within 5 standard errors of the two Monte-Carlo means (the
+    normalization's 4,096 draws and the check's), for 8 draws whose raw scales differ by more than a factor 1.5."""
+    sizes, n = [9, 16, 16, 3], 100_000
+    z = jax.random.normal(jax.random.PRNGKey(11), (n, sizes[0]))
+    raw_scales = []
+    for s in range(8):
+        key = jax.random.PRNGKey(100 + s)
+        raw, phi = tasks.LeakyReluMLP(key, sizes), tasks.LeakyReluMLP(key, sizes, normalize=True)
+        for w_raw, w in zip(raw.weights[:-1], phi.weights[:-1]):
+            np.testing.assert_array_equal(w, w_raw)
+        ratio = np.asarray(phi.weights[-1] / raw.weights[-1])
+        assert ratio.min() > 0 and np.ptp(ratio) < 1e-12 * ratio.max()
+        sq_raw = np.sum(np.asarray(raw(z)) ** 2, -1)
+        raw_scales.append(sq_raw.mean())
+        sq = np.sum(np.asarray(phi(z)) ** 2, -1)
+        rel_se = np.std(sq) / np.mean(sq) * np.sqrt(1 / n + 1 / tasks.LeakyReluMLP.NORMALIZE_SAMPLES)
+        assert abs(sq.mean() / sizes[-1] - 1) < 5 * rel_se, (s, sq.mean(), rel_se)
+    assert max(raw_scales) > 1.5 * min(raw_scales)  # the draws differ: the check is not trivially met
+
+
 def test_the_ar_bayes_oracle_is_the_posterior_mean_of_A():
     """`ARRepresentation.bayes_predictions` against Bayes' rule written out in numpy: with A's entries
     N(0, ρ²/(kq)) and x_{t+1} = A f_t + σε_t (f_t = Φ*(window)), E[Aᵀ | the earlier steps] =
