@@ -148,7 +148,10 @@ def test_checks_over_seeds_pass_only_where_every_seed_passes():
     order, learned, line, table = merged
     assert order.verdict == "not reproduced" and order.seeds == 3 and order.margin == "-3.0 %"
     assert order.simulated == "a 1 (seed 0); fails for seed 1: a 2"
-    assert learned.verdict == "pass" and learned.simulated == "0.1 (seed 0); holds for all 3 seeds"
+    assert (
+        learned.verdict == "pass"
+        and learned.simulated == "0.1 (seed 0); holds for all 3 seeds (seed 1: 0.2; seed 2: 0.3)"
+    )
     assert line == rows(9, True)[2] and line.seeds is None  # the same for every seed: kept as it is
     assert table.verdict == "reported" and table.simulated == "1 (seed 0 of 3)"
     failing_first = report.over_seeds([rows(9, True), rows(1, True)])
