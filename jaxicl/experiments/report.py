@@ -210,9 +210,8 @@ def over_seeds(per_seed: list[list[Check]]) -> list[Check]:
     """The checks of one figure computed for each seed of a run (``per_seed[s]``: the same rows, seed ``s``'s numbers;
     seed 0 first) as one row per claim, asserted over the seeds: it passes where every seed passes, its margin is the
     smallest seed's, its simulated value is seed 0's with the seeds that failed and their values (where none failed,
-    every other seed's values). A reported row
-    (no verdict) shows seed 0's value; a row the same for every seed (computed from theory alone) is kept as it is.
-    One seed: the checks unchanged."""
+    every other seed's values). A reported row (no verdict) shows seed 0's value; a row the same for every seed
+    (computed from theory alone) is kept as it is. One seed: the checks unchanged."""
     if len(per_seed) == 1:
         return per_seed[0]
     n = len(per_seed)
@@ -232,10 +231,8 @@ def over_seeds(per_seed: list[list[Check]]) -> list[Check]:
         if failed:
             shown += "; fails for " + "; ".join("seed 0" if s == 0 else f"seed {s}: {r.simulated}" for s, r in failed)
         else:  # every seed's numbers: a thin margin of one seed is not hidden behind seed 0's
-            shown += f"; holds for all {n} seeds (" + "; ".join(
-                f"seed {s}: {r.simulated}" for s, r in enumerate(rows) if s
-            )
-            shown += ")"
+            others = "; ".join(f"seed {s}: {r.simulated}" for s, r in enumerate(rows) if s)
+            shown += f"; holds for all {n} seeds ({others})"
         margins = [r.margin for r in rows if r.margin]
         merged.append(
             dataclasses.replace(
