@@ -54,8 +54,12 @@ class Check:
     ``margin`` and ``asserted_at``: for a claim not asserted at this run's size, how far its measurement is from
     its threshold (positive: on the side the paper claims) and the size at which it is asserted.
 
-    ``seeds``: for a claim asserted from a stochastic run, over how many seeds it is asserted; shown in the
-    tolerance column.
+    ``seeds``: for a claim asserted from a stochastic run, over how many seeds this run asserts it (each seed
+    checked apart, `over_seeds`); shown in the tolerance column.
+
+    ``stochastic``: a claim read off a stochastic run (trained models, sampled prompts) that the quick size asserts
+    for its one seed; ``tests/test_seeds.py`` asserts it for seeds 0, 1 and 2 at quick size (slow), and the
+    ``trained`` size for each of its three seeds in the run itself.
     """
 
     claim: str
@@ -70,6 +74,7 @@ class Check:
     kind: str = "simulation"
     margin: str = ""
     asserted_at: str = ""
+    stochastic: bool = False
 
     def __post_init__(self):
         if self.passed is not None:

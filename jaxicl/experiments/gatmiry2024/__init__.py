@@ -543,7 +543,7 @@ def _fig1_diversity_checks(multi, loop, cfg: Config) -> list[Check]:
             f"multilayer {fmt(multi[:, i0], 3)}, looped {fmt(loop[:, i0], 3)}",
             "strict",
             bool(len(cfg.kappas) > 1 and np.all(step(i0) > 1)),
-            seeds=3,
+            stochastic=True,
             **_needs_two(cfg.kappas, "kappas"),
         )
     )
