@@ -1,8 +1,8 @@
 """Claims asserted from stochastic runs hold for three seeds, not just the reproduction's own: every row a
 reproduction marks ``stochastic`` (asserted for the quick run's one seed; the ``trained`` size asserts it for each of
 three seeds in the run) is computed here for seeds 0, 1 and 2 at quick size, and must pass for each (slow:
-`make test-slow`). Ahn's training rows say "asserted over 3 seeds" for
-another reason: its quick run trains three seeds together and asserts every row for each of them."""
+`make test-slow`). Ahn's training rows say "asserted over 3 seeds" for another reason: its quick run trains three
+seeds together and asserts every row for each of them."""
 
 import dataclasses
 
