@@ -513,24 +513,51 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     cfg_s = dataclasses.replace(full, kappas=tuple(kappas[[2, 0, 1]]), depths=tuple(depths[[4, 0, 1, 2, 3]]))
     assert_all_asserted_pass(G._fig1_checks(shuffled, cfg_s), 5)
 
-    def fig2(looped_growth, at_w0=1.0):
+    def fig2(looped_growth, at_w0=1.0, exact_looped_growth=0.5):
+        # (looped_growth, exact_looped_growth): the looped model's degradation out of distribution on Gaussian-X
+        # prompts and on Thms 6-7's loss, as a multiple of the multilayer model's (which grows 3x by w = 0.5)
         w = np.array([0.0, 0.25, 0.5])
-        grow = at_w0 * np.stack([1 + w * 4, 1 + w * 4 * looped_growth], axis=1)  # (w, looped): multilayer grows 3x
-        loss = np.broadcast_to(grow.T[None, :, None, :], (3, 2, 2, 3)).copy()  # (k, looped, seed, w)
+
+        def losses(share):
+            grow = at_w0 * np.stack([1 + w * 4, 1 + w * 4 * share], axis=1)  # (w, looped)
+            return np.broadcast_to(grow.T[None, :, None, :], (3, 2, 2, 3)).copy()  # (k, looped, seed, w)
+
+        dims = ("k", "looped", "seed", "w")
+        loss = losses(looped_growth)
         return xr.Dataset(
-            {"test_loss": (("k", "looped", "seed", "w"), loss)},
+            {
+                "test_loss": (dims, loss),
+                "test_se": (dims, 0.01 * loss),
+                "fixed_gram_loss": (dims, 0.5 * losses(exact_looped_growth)),
+            },
             coords={"k": [2, 5, 9], "looped": [0, 1], "seed": [0, 1], "w": w},
         )
 
-    good2 = G._fig2_checks(fig2(0.5), full)
-    assert_all_asserted_pass(good2, 2)
+    exact = "on Thms 6-7's loss"
+    good2 = G._fig2_checks(fig2(0.5), trained)
+    assert_all_asserted_pass(good2, 2)  # learned, and Thms 6-7's comparison
     m = Mutations(good2)
-    m.fails(G._fig2_checks(fig2(0.5, at_w0=cfg.d), cfg), "Fig. 2: every trained model learned")
-    m.fails(G._fig2_checks(fig2(2.0), full), "looped vs multilayer")
+    m.fails(G._fig2_checks(fig2(0.5, at_w0=cfg.d), trained), "Fig. 2: every trained model learned")
+    # a looped model that lost its weight sharing degrades as the multilayer one does; one that degrades
+    # 0.95x as much is inside the margin the figure shows; a multilayer model that does not degrade at all
+    m.fails(G._fig2_checks(fig2(0.5, exact_looped_growth=1.0), trained), exact)
+    m.fails(G._fig2_checks(fig2(0.5, exact_looped_growth=0.95), trained), exact)
+    flat = fig2(0.5)
+    flat["fixed_gram_loss"][:] = 1.0
+    m.fails(G._fig2_checks(flat, trained), exact)
     m.covered()
-    assert_verdict(G._fig2_checks(fig2(2.0), cfg), "looped vs multilayer", "not reproduced")
-    assert_verdict(G._fig2_checks(fig2(0.5), cfg), "looped vs multilayer", "pass")
-    assert_verdict(G._fig2_checks(fig2(2.0), trained), "looped vs multilayer", "not reproduced")  # --full only
+    # below --trained it is not asserted: "not reproduced" with its margin and the size where it is asserted
+    row = next(c for c in G._fig2_checks(fig2(0.5, exact_looped_growth=1.0), cfg) if exact in c.claim)
+    assert row.verdict == "not reproduced" and row.asserted_at == "--trained" and row.margin.startswith("-11.1 %")
+    assert_verdict(G._fig2_checks(fig2(0.5), cfg), exact, "pass")
+    # the paper's experiment (Gaussian X) is asserted at no size, --full included: its two degradations differ by
+    # about their Monte-Carlo error. It shows what it measured: "not reproduced" where the looped one is above
+    for size in (cfg, trained, full):
+        assert_verdict(G._fig2_checks(fig2(2.0), size), "(the paper's experiment", "not reproduced")
+        assert_verdict(G._fig2_checks(fig2(0.5), size), "(the paper's experiment", "pass")
+        row = next(c for c in G._fig2_checks(fig2(2.0), size) if "the paper's experiment" in c.claim)
+        assert not row.asserted and "degrade by 200.0%–400.0% at w = 0.5" in row.reason
+        assert "standard error of each loss up to 1.0%" in row.simulated
 
     # where asserted, each seed alone: a claim that holds on the mean over seeds but not for one seed FAILs
     three = xr.concat([fig1(), fig1().isel(seed=[0])], "seed").assign_coords(seed=[0, 1, 2])

@@ -439,13 +439,6 @@ def trained_enough(cfg: Config) -> bool:
     return _trained_as(cfg)[0]
 
 
-def fig2_trained_enough(cfg: Config) -> bool:
-    """Whether Fig. 2's models train as at ``--full`` (2,000 Adam steps of 256 prompts, three seeds): at
-    ``--trained`` the looped and the multilayer model's degradations differ by about 1 % either way, inside the
-    Monte-Carlo error of the test loss, and the comparison held for two of three seeds (docs/reports/trained-size)."""
-    return _trained_as(cfg, "full")[0]
-
-
 def _trained_as(cfg: Config, at: str = "trained") -> tuple[bool, str]:
     """Whether ``cfg``'s models train at least as much as at the size ``at`` (steps, prompts per step, seeds), and the
     reason a claim asserted from there is not asserted at ``cfg`` (`trains_as_long`)."""
@@ -628,26 +621,63 @@ def _fig1_convergence(ds: xr.Dataset) -> list[Check]:
     ]
 
 
+# Thms 6-7's comparison on the trained models: the looped model's excess loss out of distribution (on the theorems'
+# loss, Σ = sI exactly) is at most this fraction of the multilayer model's. At --trained and --full it is 0.58-0.78
+# for each k and seed (docs/reports/trained-size); a looped model that lost its weight sharing sits at 1
+FIG2_EXCESS_FRACTION = 0.9
+
+
 def _fig2_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
+    """Fig. 2's rows from the models of ``ds`` (`fig2_sweep`'s), the losses averaged over its seeds: what they learned,
+    the paper's experiment (the Gaussian-X test loss, Monte Carlo) and Thms 6-7's comparison on the theorems' loss
+    (Σ = XX^⊤ = sI exactly, §4.2)."""
     learned = _learned_rows(ds.isel(w=0), "Fig. 2", cfg, ("k", "looped"))
+    ks = [int(k) for k in ds.k.values]
     m = ds.test_loss.mean("seed")
     grow = m.isel(w=-1) / m.isel(w=0)
     g_m, g_l = grow.sel(looped=0).values, grow.sel(looped=1).values
-    return [
+    rel_se = float((ds.test_se / ds.test_loss).max()) if "test_se" in ds else np.nan
+    w_max = float(ds.w.values[-1])
+    rows = [
         learned,
         paper_claim(
-            "Fig. 2: out-of-distribution degradation loss(w = max)/loss(w = 0), looped vs multilayer, per k",
-            "looped ≤ multilayer (Thms 6-7)",
-            f"multilayer {fmt(g_m, 3)}, looped {fmt(g_l, 3)} for k = "
-            f"{[int(k) for k in ds.k.values]} (mean over {ds.seed.size} seeds)",
+            "Fig. 2 (the paper's experiment: Gaussian-X test prompts, Monte Carlo): out-of-distribution degradation "
+            "loss(w = max)/loss(w = 0), looped vs multilayer, per k",
+            'looped ≤ multilayer ("much more robust", §5)',
+            f"multilayer {fmt(g_m, 4)}, looped {fmt(g_l, 4)} for k = {ks} (mean over {ds.sizes['seed']} seeds; "
+            f"Monte-Carlo standard error of each loss up to {rel_se:.1%})",
             "every k",
             bool(np.all(g_l <= g_m)),
-            fig2_trained_enough(cfg),
-            _trained_as(cfg, "full")[1],
+            assert_if=False,
+            reason=f"both architectures degrade by {min(g_m.min(), g_l.min()) - 1:.1%}–"
+            f"{max(g_m.max(), g_l.max()) - 1:.1%} at w = {w_max:g}, and the two degradations differ by about the "
+            "Monte-Carlo error of the heavy-tailed Gaussian-X loss",
             margin=relative_margin(np.max(g_l / g_m), 1.0) + " (worst looped ÷ multilayer)",
-            asserted_at="--full",
+            asserted_at="no size: at the paper's training (--full) too the two differ by about their Monte-Carlo "
+            "error, in either direction for some seed; the row on Thms 6-7's loss asserts the comparison exactly",
         ),
     ]
+    if "fixed_gram_loss" not in ds:
+        return rows
+    f = ds.fixed_gram_loss.mean("seed")
+    excess = f.isel(w=-1) / f.isel(w=0) - 1
+    e_m, e_l = excess.sel(looped=0).values, excess.sel(looped=1).values
+    share = np.where(e_m > 0, e_l / np.where(e_m > 0, e_m, 1.0), np.inf)  # a multilayer model that does not degrade
+    rows.append(
+        paper_claim(
+            "Fig. 2 on Thms 6-7's loss (Σ = XX^⊤ = sI exactly, §4.2; the trained models evaluated exactly): "
+            "excess loss out of distribution, loss(w = max)/loss(w = 0) − 1, looped vs multilayer, per k",
+            f"looped ≤ {FIG2_EXCESS_FRACTION:g} × multilayer",
+            f"multilayer {fmt(e_m, 3)}, looped {fmt(e_l, 3)} for k = {ks} (looped ÷ multilayer {fmt(share, 3)})",
+            "every k",
+            bool(np.all(share <= FIG2_EXCESS_FRACTION)),
+            trained_enough(cfg),
+            _trained_as(cfg)[1],
+            margin=relative_margin(np.max(share), FIG2_EXCESS_FRACTION) + " (worst looped ÷ multilayer)",
+            asserted_at="--trained",
+        )
+    )
+    return rows
 
 
 def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8):
@@ -722,17 +752,19 @@ def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
 
 
 def _fig2_figure(out, cfg, ds2) -> str:
-    """Fig. 2: the test loss over the window half-width w, for each number k of training scales."""
+    """Fig. 2: for each number k of training scales, the test loss over the window half-width w (top) and the
+    degradation loss(w)/loss(0) that the two Fig. 2 rows compare (bottom): on Gaussian-X prompts (the paper's
+    experiment) and on Thms 6-7's loss (Σ = sI exactly)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(
-        1, len(cfg.fig2_ks), figsize=(5 * len(cfg.fig2_ks), 3.8), layout="constrained", squeeze=False
-    )
-    for ax, k in zip(axes[0], cfg.fig2_ks):
+    ks = cfg.fig2_ks
+    fig, axes = plt.subplots(2, len(ks), figsize=(5 * len(ks), 7.2), layout="constrained", squeeze=False)
+    for j, k in enumerate(ks):
+        top, bottom = axes[0, j], axes[1, j]
         for looped, color in ((0, "tab:red"), (1, "tab:blue")):
             v = ds2.test_loss.sel(k=k, looped=looped)
             se = v.std("seed") / np.sqrt(v.sizes["seed"])
-            ax.errorbar(
+            top.errorbar(
                 ds2.w,
                 v.mean("seed"),
                 yerr=2 * se,
@@ -742,7 +774,10 @@ def _fig2_figure(out, cfg, ds2) -> str:
                 color=color,
                 label=f"{ARCH[looped]} (Gaussian X)",
             )
-        ax.plot(
+            for name, style, label in (("test_loss", "o-", "Gaussian X"), ("fixed_gram_loss", "s:", "Σ = sI exactly")):
+                m = ds2[name].sel(k=k, looped=looped).mean("seed")
+                bottom.plot(ds2.w, m / m.isel(w=0), style, ms=3, color=color, label=f"{ARCH[looped]} ({label})")
+        top.plot(
             ds2.w,
             ds2.looped_fixed_gram_minimizer.sel(k=k),
             "--",
@@ -750,13 +785,15 @@ def _fig2_figure(out, cfg, ds2) -> str:
             lw=1,
             label="looped fixed-Gram minimiser (exact)",
         )
-        ax.set(
+        top.set(
             yscale="log",
             xlabel="window half-width w",
             ylabel="test loss E(ŷ − y)²",
             title=f"Fig. 2: k = {k} training scales, L = {cfg.fig2_layers}",
         )
-        ax.legend(fontsize=7)
+        bottom.set(xlabel="window half-width w", ylabel="loss(w) / loss(0)", title=f"degradation, k = {k}")
+        top.legend(fontsize=7)
+        bottom.legend(fontsize=7)
     return save_paper_figure(fig, out, NAME, "fig2_ood.png")
 
 
