@@ -110,6 +110,8 @@ def run_reproduce(
     seconds = time.perf_counter() - t
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.log").write_text(stdout + stderr)  # what an unfinished paper had done
+    # a command stopped before its end leaves the papers that finished in incomplete-run/ (experiments.report)
+    report = out / "report.md" if (out / "report.md").exists() else out / "incomplete-run" / "report.md"
     runs = {
         m["name"]: Run(
             float(m["wall"]),
@@ -118,7 +120,7 @@ def run_reproduce(
             float(m["compile"]),
             int(m["programs"]),
             int(m["hits"]),
-            out / "report.md",
+            report,
         )
         for m in SUMMARY.finditer(stdout)
     }
@@ -251,7 +253,7 @@ def main():
         )
         if args.stages:
             for what, run in runs.items():
-                if run:
+                if run and run.report.exists():
                     print(f"\n{name}, {label}, {what}:\n{stage_table(run.report, name)}\n", flush=True)
 
     for platform in args.platforms:

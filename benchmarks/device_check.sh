@@ -12,13 +12,15 @@
 #   benchmarks/device_check.sh [JOBS]          # JOBS: --jobs of steps 1-2 (default 5)
 # Environment: OUT (scratch, default a new temporary directory), DEVICE_CHECK_TIMEOUTS="cold warm alone" (seconds;
 # default "230 100 0": alone 0 skips step 3), DEVICE_CHECK_PAPERS (default: every paper), JAXICL_BENCH_RESULTS
-# (where the results go), JAXICL_UNROLL / JAXICL_TRAINING_AUTOTUNE_LEVEL (how training programs compile). Not
+# (where the results go: default $OUT/results, packed with the reports and logs into $OUT/device_check.tgz),
+# JAXICL_UNROLL / JAXICL_TRAINING_AUTOTUNE_LEVEL (how training programs compile). Not
 # installed: the device image has jax (CUDA), equinox, diffrax, optax, xarray, h5py and matplotlib; wheels in .whl/
 # (h5netcdf) are installed to /tmp/site and the source tree is put on PYTHONPATH.
 set -uo pipefail
 JOBS=${1:-5}
 read -r T_COLD T_WARM T_ALONE <<< "${DEVICE_CHECK_TIMEOUTS:-230 100 0}"
 source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
+export JAXICL_BENCH_RESULTS=${JAXICL_BENCH_RESULTS:-$DIR/results}  # recorded rows, to be copied back
 JAXICL="python3 -m jaxicl.cli"
 PAPERS=${DEVICE_CHECK_PAPERS:-$($JAXICL list | awk '{print $1}')}  # a subset, to try the script on a CPU
 
@@ -36,4 +38,5 @@ if [ "$T_ALONE" != 0 ]; then
   done
 fi
 rm -rf "$DIR/reproduce/default/cache" "$DIR"/cache-*
-echo "Logs and reports: $DIR"
+# one file back (a GPU machine returns files at most two folders down): the results, reports and logs
+tar czf "$DIR/device_check.tgz" -C "$DIR" --exclude=device_check.tgz . && echo "Results, reports and logs: $DIR/device_check.tgz"

@@ -598,7 +598,7 @@ def test_jobs_give_each_process_its_share_of_the_cores_as_xla_threads(tmp_path, 
     assert one == ["1", "True", default[2]]  # one pool thread, and every thread back on all the CPUs
 
 
-def test_jobs_processes_share_a_gpu_by_allocating_its_memory_as_needed(monkeypatch):
+def test_jobs_processes_share_a_gpu_by_allocating_their_share_of_its_memory_as_needed(monkeypatch):
     """``--jobs N`` on a GPU: JAX's default preallocates 75 % of the device in each process, which leaves too little
     for a second one, so the children allocate as needed unless the user chose (with this, eight processes shared an
     H200: benchmarks/README.md); the faulthandler the watchdog relies on is always on."""
@@ -609,6 +609,15 @@ def test_jobs_processes_share_a_gpu_by_allocating_its_memory_as_needed(monkeypat
     assert env["PYTHONFAULTHANDLER"] == "1" and env["JAXICL_PROBE"] == "kept"
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
     assert jobs_module.child_environment()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    # each of N processes may allocate an equal share of 90 % of the device, unless the user chose a fraction
+    monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    assert [jobs_module.child_environment(n)["XLA_CLIENT_MEM_FRACTION"] for n in (1, 4)] == ["0.900", "0.225"]
+    for name in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        monkeypatch.setenv(name, "0.5")
+        env = jobs_module.child_environment(4)
+        assert env[name] == "0.5" and ("XLA_CLIENT_MEM_FRACTION" not in env or name == "XLA_CLIENT_MEM_FRACTION")
+        monkeypatch.delenv(name)
 
 
 def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_cpu_alone(monkeypatch):

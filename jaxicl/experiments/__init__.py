@@ -15,7 +15,7 @@ from .._io import atomic_write_text
 from ..runtime import placement
 from ..runtime.budget import TimeBudget, plan_markdown
 from ..runtime.jobs import (
-    AcceleratorOwner,
+    child_environment,
     cpu_threads_per_process,
     longest_first,
     record_seconds,
@@ -351,7 +351,8 @@ def _run_in_processes(
     modules = _modules(names, transformers)
     configs = effective_settings(modules, size, overrides, transformers)
     todo = _jobs(modules, configs)
-    devices = AcceleratorOwner()
+    device = placement.mode()  # every process places its work by the run's mode (one rule: runtime.placement)
+    env = child_environment(min(jobs, len(todo)))  # and takes its share of an accelerator's memory
     results: dict[str, PaperResult] = {}
     parts: dict[str, list[PartResult]] = {name: [] for name in names}
     lock = threading.Lock()
@@ -368,11 +369,11 @@ def _run_in_processes(
             settings = {"overrides": mine} if mine else {}
             res = _job_result(
                 label,
-                lambda device: _child_command(
+                _child_command(
                     name, size, out, progress, end, transformers, result_file, threads, part, device, **settings
                 ),
                 result_file,
-                devices,
+                env,
             )
             with lock:
                 seconds[label] = time.perf_counter() - t0
@@ -404,21 +405,19 @@ def _run_in_processes(
     return [results[n] for n in names if n in modules]
 
 
-def _job_result(label: str, command, result_file: Path, devices: AcceleratorOwner):
-    """Run one job's process, ``command(device)``, holding the accelerator if it gets one, and return the result it
-    pickled into ``result_file``. A deadlocked process is stopped and started once more (the compilation cache and
-    the training checkpoints keep its work); a second deadlock, or a process that ends without a result, raises
-    `JobFailed` naming the job."""
+def _job_result(label: str, command: list[str], result_file: Path, env: dict[str, str]):
+    """Run one job's process, ``command`` in ``env``, and return the result it pickled into ``result_file``. A
+    deadlocked process is stopped and started once more (the compilation cache and the training checkpoints keep its
+    work); a second deadlock, or a process that ends without a result, raises `JobFailed` naming the job."""
     import pickle
     import signal
 
-    with devices.claim() as device:  # one process at a time holds the accelerator
-        for attempt in (1, 2):
-            rc = run_watched(command(device), label)
-            if rc is not None:
-                break
-            if attempt == 1:
-                print(f"[jaxicl] {label}: starting it again", flush=True)
+    for attempt in (1, 2):
+        rc = run_watched(command, label, env)
+        if rc is not None:
+            break
+        if attempt == 1:
+            print(f"[jaxicl] {label}: starting it again", flush=True)
     if rc is None:
         raise JobFailed(
             f"the {label} reproduction's process stopped using CPU time twice (XLA:CPU "

@@ -1,5 +1,5 @@
-"""The processes of ``jaxicl reproduce --jobs N``: which starts first, how many XLA:CPU threads each gets, which one
-holds the accelerator, and the watch that restarts one XLA:CPU deadlocked.
+"""The processes of ``jaxicl reproduce --jobs N``: which starts first, how many XLA:CPU threads each gets, how they
+share an accelerator, and the watch that restarts one XLA:CPU deadlocked.
 
 ``--jobs`` starts the longest jobs first, so that the machine is not left to one long job at the end. How long a job
 takes is measured data, not a constant: each ``--jobs`` run at quick size records every job's wall time beside its
@@ -16,7 +16,6 @@ import os
 import threading
 from pathlib import Path
 
-from . import placement
 from .watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
 
 REFERENCE = Path(__file__).with_name("job_seconds.json")  # the reference run's times, shipped with the package
@@ -95,11 +94,18 @@ def cpu_threads_per_process(jobs: int) -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // jobs)
 
 
-def child_environment() -> dict[str, str]:
-    """The environment of a ``--jobs`` process: this one's, with Python's faulthandler on (`run_watched`) and,
-    unless the user set it, JAX's GPU memory allocated as needed instead of 75 % of the device preallocated by each
-    process, which would leave the second process sharing a GPU out of memory."""
-    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
+def child_environment(processes: int = 1) -> dict[str, str]:
+    """The environment of one of ``processes`` ``--jobs`` processes that share this machine: this one's, with
+    Python's faulthandler on (`run_watched`) and, unless the user set them, JAX's GPU memory allocated as needed
+    rather than 75 % of the device preallocated by each process (which would leave the second one sharing a GPU
+    out of memory), and each process's allocator limited to an equal share of 90 % of the device
+    (``XLA_CLIENT_MEM_FRACTION``): what a process reads as its device's memory (`jaxicl.sweep.device_memory_budget`,
+    ``--ensemble auto``) is then its own share, so that the processes together never ask for more than the device
+    has."""
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
+    if not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & set(os.environ):
+        env["XLA_CLIENT_MEM_FRACTION"] = f"{0.9 / max(processes, 1):.3f}"
+    return env
 
 
 class Stopped(Exception):
@@ -155,18 +161,18 @@ def stopping_children_on_signals():
             stop_children()  # any started between the signal and here
 
 
-def run_watched(cmd: list[str], name: str) -> int | None:
-    """Run ``cmd``; its exit status, or None if it used no CPU time for `STALL_SECONDS` (Linux; time in which it
-    or this process was stopped, e.g. by Ctrl-Z, does not count): then it is sent SIGABRT, which makes Python's
-    faulthandler (on in the child) print every thread's stack, and waited for. Raises `Stopped` instead of starting
-    it once a signal stopped the run (`stopping_children_on_signals`)."""
+def run_watched(cmd: list[str], name: str, env: dict[str, str] | None = None) -> int | None:
+    """Run ``cmd`` (in ``env``, else `child_environment`); its exit status, or None if it used no CPU time for
+    `STALL_SECONDS` (Linux; time in which it or this process was stopped, e.g. by Ctrl-Z, does not count): then it is
+    sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for.
+    Raises `Stopped` instead of starting it once a signal stopped the run (`stopping_children_on_signals`)."""
     import signal
     import subprocess
 
     with _children_lock:
         if _stopping.is_set():
             raise Stopped(f"{name}: not started, the run was stopped")
-        proc = subprocess.Popen(cmd, env=child_environment())
+        proc = subprocess.Popen(cmd, env=env or child_environment())
         _children.add(proc)
     try:
         clock = IdleClock(process_cpu_seconds(proc.pid), max_gap_seconds(STALL_SECONDS))
@@ -188,35 +194,3 @@ def run_watched(cmd: list[str], name: str) -> int | None:
     finally:
         with _children_lock:
             _children.discard(proc)
-
-
-class AcceleratorOwner:
-    """One owner per accelerator, among the processes of a ``--jobs`` run: ``claim()`` gives a process its
-    ``--device``. Where an accelerator may be present and the mode is ``auto``, the first process to start while
-    none holds it gets ``auto`` (the accelerator, for its throughput-bound work) and the others ``cpu`` (JAX kept off
-    the accelerator), so processes never time-slice it; the next to start after the owner ends takes it. Under
-    ``--device cpu`` or ``gpu`` every process gets that mode; on a CPU-only machine (`jaxicl.runtime.xla_options.cpu_only`,
-    decided without starting a backend in this process) no process is given a flag: each runs as it always has."""
-
-    def __init__(self, mode: str | None = None, accelerator_present: bool | None = None):
-        import threading
-
-        from .xla_options import cpu_only
-
-        self.mode = mode or placement.mode()
-        self.accelerator_present = not cpu_only() if accelerator_present is None else accelerator_present
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def claim(self):
-        if self.mode != "auto":
-            yield self.mode
-        elif not self.accelerator_present:
-            yield None
-        elif self._lock.acquire(blocking=False):
-            try:
-                yield "auto"
-            finally:
-                self._lock.release()
-        else:
-            yield "cpu"
