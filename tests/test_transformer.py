@@ -435,10 +435,16 @@ def test_resumed_run_follows_the_uninterrupted_trajectory(tmp_path):
 
 
 def test_checkpoint_of_another_config_is_refused(tmp_path):
+    """Every setting the run names must match the checkpoint's (a setting the checkpoint holds and the run does not
+    name is one the run does not read: resumed); so must the parameters' structure."""
     ck = tmp_path / "run.ckpt"
-    train(_loss, _tiny(), 10, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4}, progress=False)
+    train(_loss, _tiny(), 10, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4, "other": 1}, progress=False)
     with pytest.raises(ValueError, match="another configuration.*lr"):
         train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-3}, progress=False)
+    with pytest.raises(ValueError, match=r"config differ: new: checkpoint None vs run 2"):
+        train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4, "new": 2}, progress=False)
+    kept = train(_loss, _tiny(), 20, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4}, progress=False)
+    assert kept.resumed_from == 10
     other = models.StandardTransformer(KEY, 2, 1, n_layers=2, n_heads=2, d_model=8, max_len=10)
     with pytest.raises(ValueError, match="another configuration"):
         train(_loss, other, 20, KEY, chunk_size=10, checkpoint=ck, config={"lr": 1e-4}, progress=False)

@@ -22,8 +22,9 @@ _MAGIC = "jaxicl-checkpoint-v1"
 
 
 def fingerprint(params, opt_state, config) -> dict:
-    """What a checkpoint must match to be resumed: the run's ``config`` (the settings that shape its trajectory), and
-    the structure, shapes and dtypes of its parameters and optimizer state."""
+    """What a checkpoint must match to be resumed: the run's ``config`` (the settings that shape its trajectory: a
+    checkpoint may hold more, which the run does not read, `load_checkpoint`), and the structure, shapes and dtypes of
+    its parameters and optimizer state."""
     leaves = jax.tree_util.tree_leaves((params, opt_state))
     return {
         "config": config or {},
@@ -89,16 +90,14 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
             if not isinstance(header, dict) or header.get("magic") != _MAGIC:
                 refuse("is not a jaxicl training checkpoint (or its header is damaged)")
             theirs = header["fingerprint"]
-            if theirs != fingerprint:
-                what = [k for k in fingerprint if theirs.get(k) != fingerprint[k]]
-                diff = ""
-                if "config" in what:
-                    keys = sorted(set(theirs["config"]) | set(fingerprint["config"]))
-                    diff = "; ".join(
-                        f"{k}: checkpoint {theirs['config'].get(k)!r} vs run {fingerprint['config'].get(k)!r}"
-                        for k in keys
-                        if theirs["config"].get(k) != fingerprint["config"].get(k)
-                    )
+            # the run's settings must all match; a setting the checkpoint has and the run does not name is one this
+            # run's training does not read (a figure's own settings, in another figure's model)
+            mine = fingerprint["config"]
+            configs = {k: (theirs["config"].get(k), mine[k]) for k in mine if theirs["config"].get(k) != mine[k]}
+            what = [k for k in fingerprint if k != "config" and theirs.get(k) != fingerprint[k]]
+            if configs or what:
+                diff = "; ".join(f"{k}: checkpoint {a!r} vs run {b!r}" for k, (a, b) in sorted(configs.items()))
+                what = ["config"] * bool(configs) + what
                 refuse(f"was written by another configuration ({', '.join(what)} differ{': ' + diff if diff else ''})")
             if key is not None and header["key"] != _key_record(key):
                 refuse("was written by a run with another PRNG key (another seed)")
