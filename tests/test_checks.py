@@ -311,8 +311,8 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         "GD converges more slowly than Newton",
     )
     m.covered()
-    # --trained: Fig. 2's orderings on the regression and CoT tasks asserted (over three seeds); the AR task's and
-    # Figs. 3 and 5's not yet
+    # --trained: Fig. 2's orderings on the regression and CoT tasks and Fig. 5's asserted (over three seeds); the AR
+    # task's and Fig. 3's not yet
     trained = A.SIZES["trained"]
     assert A.trained_enough(trained) and not A.trained_enough(dataclasses.replace(trained, seeds=1))
     swapped = A._checks(trained, *_algoformer_data(swap=True))
@@ -320,6 +320,10 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         assert_verdict(swapped, f"Fig. 2 ({task}): AlgoFormer below the standard", "FAIL")
     assert_verdict(swapped, "Fig. 2 (ar): AlgoFormer below the standard", "not reproduced")
     assert_verdict(A._checks(trained, *_algoformer_data(ratios=(2.0, 0.5, 1.0))), "larger ΔT", "not reproduced")
+    assert_verdict(A._checks(trained, *_algoformer_data(algo_factor=2.0)), "below GD and Newton", "FAIL")
+    shorter = dataclasses.replace(trained, fig5_steps=trained.fig5_steps // 2)  # Fig. 5's own training length
+    row = next(c for c in A._checks(shorter, *_algoformer_data(algo_factor=2.0)) if "below GD and Newton" in c.claim)
+    assert row.verdict == "not reproduced" and row.asserted_at == "--trained"
     # the datasets of several seeds (`run_parts`' seed dimension): each seed checked apart
     seeded = [
         xr.concat([a, b, a], "seed").assign_coords(seed=[0, 1, 2])
