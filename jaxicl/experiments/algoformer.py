@@ -212,9 +212,9 @@ _QUICK = Config(
 SIZES = {
     "quick": _QUICK,
     # Fig. 2's comparisons held for each of three seeds at 3,000 steps (the cot task: `jaxicl sweep --stage
-    # algoformer:cot --grid steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size), Fig. 5's at 10,000
-    # (`jaxicl sweep --stage algoformer:fig5 --trained --grid fig5_steps=[5000] --grid seed=[0,1,2]`; at 2,500 the
-    # AlgoFormer was 59-89 % above GD); Fig. 3 is asserted at --full
+    # algoformer:cot --grid steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size), Fig. 5's at 10,000 (`jaxicl
+    # sweep --stage algoformer:fig5 --trained --grid fig5_steps=[5000,10000] --grid seed=[0,1,2]`: at 5,000 its σ = 1
+    # row failed for each seed, at 2,500 every row); Fig. 3 is asserted at --full
     "trained": dataclasses.replace(_QUICK, steps=3000, seeds=3, fig3_loops=((8, 6), (8, 1), (4, 3)), fig5_steps=10_000),
     "full": Config(
         d=20,
