@@ -99,12 +99,13 @@ def child_environment(processes: int = 1) -> dict[str, str]:
     Python's faulthandler on (`run_watched`) and, unless the user set them, JAX's GPU memory allocated as needed
     rather than 75 % of the device preallocated by each process (which would leave the second one sharing a GPU
     out of memory), and each process's allocator limited to an equal share of 90 % of the device
-    (``XLA_CLIENT_MEM_FRACTION``): what a process reads as its device's memory (`jaxicl.sweep.device_memory_budget`,
+    (``XLA_PYTHON_CLIENT_MEM_FRACTION``, the name every jaxlib reads; newer ones also read ``XLA_CLIENT_MEM_FRACTION``
+    and refuse both at once): what a process reads as its device's memory (`jaxicl.sweep.device_memory_budget`,
     ``--ensemble auto``) is then its own share, so that the processes together never ask for more than the device
     has."""
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ, "PYTHONFAULTHANDLER": "1"}
     if not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & set(os.environ):
-        env["XLA_CLIENT_MEM_FRACTION"] = f"{0.9 / max(processes, 1):.3f}"
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / max(processes, 1):.3f}"
     return env
 
 
