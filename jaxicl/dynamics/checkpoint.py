@@ -94,10 +94,10 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
             # run's training does not read (a figure's own settings, in another figure's model)
             mine = fingerprint["config"]
             configs = {k: (theirs["config"].get(k), mine[k]) for k in mine if theirs["config"].get(k) != mine[k]}
-            what = [k for k in fingerprint if k != "config" and theirs.get(k) != fingerprint[k]]
-            if configs or what:
+            others = [k for k in fingerprint if k != "config" and theirs.get(k) != fingerprint[k]]
+            if configs or others:
                 diff = "; ".join(f"{k}: checkpoint {a!r} vs run {b!r}" for k, (a, b) in sorted(configs.items()))
-                what = ["config"] * bool(configs) + what
+                what = ["config"] * bool(configs) + others
                 refuse(f"was written by another configuration ({', '.join(what)} differ{': ' + diff if diff else ''})")
             if key is not None and header["key"] != _key_record(key):
                 refuse("was written by a run with another PRNG key (another seed)")
