@@ -311,19 +311,28 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         "GD converges more slowly than Newton",
     )
     m.covered()
-    # --trained: Fig. 2's orderings on the regression and CoT tasks and Fig. 5's asserted (over three seeds); the AR
-    # task's and Fig. 3's not yet
+    # --trained: Fig. 2's orderings on the regression and CoT tasks, Fig. 3's and Fig. 5's asserted (over three
+    # seeds); the AR task's not yet
     trained = A.SIZES["trained"]
     assert A.trained_enough(trained) and not A.trained_enough(dataclasses.replace(trained, seeds=1))
     swapped = A._checks(trained, *_algoformer_data(swap=True))
     for task in ("regression", "cot"):
         assert_verdict(swapped, f"Fig. 2 ({task}): AlgoFormer below the standard", "FAIL")
     assert_verdict(swapped, "Fig. 2 (ar): AlgoFormer below the standard", "not reproduced")
-    assert_verdict(A._checks(trained, *_algoformer_data(ratios=(2.0, 0.5, 1.0))), "larger ΔT", "not reproduced")
+    assert_verdict(A._checks(trained, *_algoformer_data(ratios=(2.0, 0.5, 1.0))), "larger ΔT", "FAIL")
     assert_verdict(A._checks(trained, *_algoformer_data(algo_factor=2.0)), "below GD and Newton", "FAIL")
-    shorter = dataclasses.replace(trained, fig5_steps=trained.fig5_steps // 2)  # Fig. 5's own training length
-    row = next(c for c in A._checks(shorter, *_algoformer_data(algo_factor=2.0)) if "below GD and Newton" in c.claim)
-    assert row.verdict == "not reproduced" and row.asserted_at == "--trained"
+    # Figs. 3 and 5 read their own training lengths: half of either leaves its claim unasserted, and only its own
+    for steps, claim, wrong in (
+        ("fig3_steps", "larger ΔT", dict(ratios=(2.0, 0.5, 1.0))),
+        ("fig5_steps", "below GD and Newton", dict(algo_factor=2.0)),
+    ):
+        shorter = dataclasses.replace(trained, **{steps: getattr(trained, steps) // 2})
+        checks = A._checks(shorter, *_algoformer_data(**wrong))
+        row = next(c for c in checks if claim in c.claim)
+        assert row.verdict == "not reproduced" and row.asserted_at == "--trained", row
+        assert f"{getattr(shorter, steps):,} training steps" in row.status
+        other = "below GD and Newton" if steps == "fig3_steps" else "larger ΔT"
+        assert next(c for c in A._checks(shorter, *_algoformer_data()) if other in c.claim).asserted
     # the datasets of several seeds (`run_parts`' seed dimension): each seed checked apart
     seeded = [
         xr.concat([a, b, a], "seed").assign_coords(seed=[0, 1, 2])

@@ -143,8 +143,8 @@ def test_changed_settings_are_recorded_in_the_report_and_the_data_files(tmp_path
 
 def test_a_changed_setting_refuses_a_resume_naming_it(tmp_path):
     """An AlgoFormer model trained under one learning rate, resumed under another: the checkpoint's config differs
-    in ``lr`` and the error says so (a resume that would continue another run's trajectory). A change to Fig. 5's own
-    settings leaves the other figures' checkpoints resumable, and only those."""
+    in ``lr`` and the error says so (a resume that would continue another run's trajectory). A change to Fig. 5's or
+    Fig. 3's own settings leaves the other figures' checkpoints resumable, and only those."""
     from jaxicl.dynamics.train import CheckpointError
     from jaxicl.experiments import algoformer as A
 
@@ -170,9 +170,16 @@ def test_a_changed_setting_refuses_a_resume_naming_it(tmp_path):
     # Fig. 5's own settings are not read by the other figures' models (resumed) but are by Fig. 5's (refused)
     fig5_changed = settings.apply(cfg, {"fig5_steps": 7, "sigmas": [0.5], "iterations": 9})
     A._fit(model, loss, fig5_changed, jax.random.PRNGKey(2), ckpt, "m", False)
-    A._fit(model, loss, cfg, jax.random.PRNGKey(2), tmp_path / "fig5.ckpt", "m", False, fig5=True)
+    A._fit(model, loss, cfg, jax.random.PRNGKey(2), tmp_path / "fig5.ckpt", "m", False, figure=5)
     with pytest.raises(CheckpointError, match=r"fig5_steps: checkpoint '2500' vs run '7'"):
-        A._fit(model, loss, fig5_changed, jax.random.PRNGKey(2), tmp_path / "fig5.ckpt", "m", False, fig5=True)
+        A._fit(model, loss, fig5_changed, jax.random.PRNGKey(2), tmp_path / "fig5.ckpt", "m", False, figure=5)
+    # and so for Fig. 3's own steps: Figs. 2 and 5's models resume, Fig. 3's are refused
+    fig3_changed = settings.apply(cfg, {"fig3_steps": 7})
+    A._fit(model, loss, fig3_changed, jax.random.PRNGKey(2), ckpt, "m", False)
+    A._fit(model, loss, fig3_changed, jax.random.PRNGKey(2), tmp_path / "fig5.ckpt", "m", False, figure=5)
+    A._fit(model, loss, cfg, jax.random.PRNGKey(2), tmp_path / "fig3.ckpt", "m", False, figure=3)
+    with pytest.raises(CheckpointError, match=r"fig3_steps: checkpoint '0' vs run '7'"):
+        A._fit(model, loss, fig3_changed, jax.random.PRNGKey(2), tmp_path / "fig3.ckpt", "m", False, figure=3)
 
 
 def test_jobs_children_get_the_same_settings(tmp_path):

@@ -105,6 +105,10 @@ class Config(Sized):
     # error after 1,500 steps; with one every 200 steps σ = 1 was still at 0.85-1.0 of it, and at 0.54-0.56 after 2,500
     fig5_steps: int = 0
     fig5_curriculum_every: int = 0
+    # Fig. 3's own AdamW steps (0: ``steps``): its claim is read past the trained loops and needs longer training than
+    # Fig. 2's comparisons. Where it differs from ``steps``, Fig. 3's (T, ΔT) = ``loops`` model is Fig. 2's AlgoFormer
+    # (its initialisation and prompts) trained for these steps, under a checkpoint of its own
+    fig3_steps: int = 0
     # the AR task's ρ: A ~ N(0, ρ²/(qk) I), with Φ* normalized to E‖Φ*(z)‖² = k. Unnormalized, one draw of the narrow
     # Φ* of --quick/--trained set the task's signal-to-noise ratio (E‖Φ*(z)‖² 2.2-15 over seeds 0-7), and a low draw
     # (seed 2) left every model on the loss's plateau; 0.7 is the effective ρ·√(E‖Φ*‖²/k) of the draws whose models
@@ -165,7 +169,7 @@ SETTINGS_DOCS = {
     "d_model": "transformer width (every model)",
     "n_heads": "attention heads per layer",
     "std_layers": "layers of the standard transformer",
-    "steps": "AdamW steps per model (the orderings are asserted at --full's count)",
+    "steps": "AdamW steps per model of Fig. 2 (its orderings are asserted from --trained's count, the AR task's at --full's)",
     "batch": "prompts per step",
     "lr": "AdamW learning rate",
     "test_prompts": "test prompts per evaluation (errors against the noise-free targets)",
@@ -173,8 +177,10 @@ SETTINGS_DOCS = {
     "seed": "PRNG seed of the whole reproduction",
 }
 
-# the settings only Fig. 5 reads: left out of the other models' checkpoint fingerprints (`_fit`)
+# the settings only Fig. 5 reads and only Fig. 3's models read: left out of the other models' checkpoint fingerprints
+# (`_fit`)
 FIG5_SETTINGS = ("fig5_loops", "fig5_steps", "fig5_curriculum_every", "sigmas", "iterations")
+FIG3_SETTINGS = ("fig3_steps",)
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
@@ -214,8 +220,11 @@ SIZES = {
     # Fig. 2's comparisons held for each of three seeds at 3,000 steps (the cot task: `jaxicl sweep --stage
     # algoformer:cot --grid steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size), Fig. 5's at 10,000 (`jaxicl
     # sweep --stage algoformer:fig5 --trained --grid fig5_steps=[5000,10000] --grid seed=[0,1,2]`: at 5,000 its σ = 1
-    # row failed for each seed, at 2,500 every row); Fig. 3 is asserted at --full
-    "trained": dataclasses.replace(_QUICK, steps=3000, seeds=3, fig3_loops=((8, 6), (8, 1), (4, 3)), fig5_steps=10_000),
+    # row failed for each seed, at 2,500 every row), Fig. 3's at 10,000 (`--stage algoformer:regression --trained
+    # --grid steps=[10000] --grid seed=[0,1,2]`: at 3,000 seed 0 showed the claim's opposite)
+    "trained": dataclasses.replace(
+        _QUICK, steps=3000, seeds=3, fig3_loops=((8, 6), (8, 1), (4, 3)), fig3_steps=10_000, fig5_steps=10_000
+    ),
     "full": Config(
         d=20,
         N=40,
@@ -296,13 +305,15 @@ def _fit(
     budget: TimeBudget | None = None,
     runs: list | None = None,
     member_data=None,
-    fig5: bool = False,
+    figure: int = 2,
 ):
     """AdamW (lr cfg.lr) for cfg.steps steps with a checkpoint, within the next share of ``budget``; returns (model,
     losses, steps/s) and appends the training result to ``runs``. With ``member_data``, ``model`` is an ensemble and
     ``key`` one key per member (``train(ensemble=True)``). The checkpoint's fingerprint holds every setting of
-    ``cfg`` but, for a model other than Fig. 5's (``fig5``), Fig. 5's own (`FIG5_SETTINGS`), which it never reads:
-    a change to Fig. 5 leaves Figs. 2 and 3's checkpoints resumable."""
+    ``cfg`` but the settings of the figures other than ``figure`` (the figure whose model this is: `FIG5_SETTINGS`,
+    `FIG3_SETTINGS`), which it never reads: a change to Fig. 5 leaves Figs. 2 and 3's checkpoints resumable, one to
+    Fig. 3's steps Figs. 2 and 5's."""
+    unread = {*(FIG5_SETTINGS if figure != 5 else ()), *(FIG3_SETTINGS if figure != 3 else ())}
     if progress:
         print(f"  training {label}", flush=True)
     res = train(
@@ -315,7 +326,7 @@ def _fit(
         checkpoint=ckpt,
         config={
             "run": label,
-            **{k: str(v) for k, v in dataclasses.asdict(cfg).items() if fig5 or k not in FIG5_SETTINGS},
+            **{k: str(v) for k, v in dataclasses.asdict(cfg).items() if k not in unread},
         },
         progress=progress,
         label=label,
@@ -385,23 +396,10 @@ def fig2(
         curves = {"zero": _zero_error(test)}
         if isinstance(task, tasks.ARRepresentation):  # what is learnable in context: the Bayes oracle that knows Φ*
             curves["oracle"] = _oracle_error(task, test)
-        for mi, kind in enumerate(MODELS):
+        for kind in MODELS:
             loops = None if kind == "standard" else tuple(cfg.loops)
-            dn = _task_size(cfg, tname)
-            loss = lambda m, k, s, task=task, loops=loops, dn=dn: losses.sequence_loss(  # noqa: E731
-                m, training_prompts(task, cfg, k, s, *dn), loops
-            )
-            model = build_model(kind, cfg, task, jax.random.fold_in(key, 10 * ti + mi))
-            model, curve, sps = _fit(
-                model,
-                loss,
-                cfg,
-                jax.random.fold_in(key, 1000 + 10 * ti + mi),
-                ckpt_dir / f"fig2_{tname}_{kind}.ckpt",
-                f"fig2 {tname} {kind}",
-                progress,
-                budget,
-                runs,
+            model, sps = fig2_model(
+                cfg, key, tname, task, kind, ckpt_dir / f"fig2_{tname}_{kind}.ckpt", progress, budget, runs
             )
             trained[tname, kind] = runs[-1]
             curves[kind] = np.asarray(losses.prefix_curve(model, test, None if loops is None else loops[0]))
@@ -417,17 +415,47 @@ def fig2(
     return ds, ts, trained
 
 
-def _ensemble_fit(members, loss_one, member_args, cfg, key, ckpt, label, progress, budget=None, runs=None, fig5=False):
+def fig2_model(cfg: Config, key, tname: str, task, kind: str, ckpt: Path, progress, budget, runs, figure: int = 2):
+    """Fig. 2's model ``kind`` (of `MODELS`) on its task ``tname`` (of `fig2_tasks`), built and trained from
+    ``key`` (`fig2`'s) for ``cfg.steps`` steps (`_fit`); (model, steps/s)."""
+    ti, mi = FIG2_TASKS.index(tname), MODELS.index(kind)
+    loops = None if kind == "standard" else tuple(cfg.loops)
+    dn = _task_size(cfg, tname)
+    loss = lambda m, k, s: losses.sequence_loss(m, training_prompts(task, cfg, k, s, *dn), loops)  # noqa: E731
+    model = build_model(kind, cfg, task, jax.random.fold_in(key, 10 * ti + mi))
+    model, _, sps = _fit(
+        model,
+        loss,
+        cfg,
+        jax.random.fold_in(key, 1000 + 10 * ti + mi),
+        ckpt,
+        f"fig2 {tname} {kind}" if figure == 2 else f"fig{figure} (T, ΔT) = {tuple(cfg.loops)}: fig2 {tname} {kind}",
+        progress,
+        budget,
+        runs,
+        figure=figure,
+    )
+    return model, sps
+
+
+def _ensemble_fit(members, loss_one, member_args, cfg, key, ckpt, label, progress, budget=None, runs=None, figure=2):
     """Train a vmapped ensemble (members stacked on axis 0) as one program, member i on ``loss_one(m, member_args[i],
     k, step)`` with its own data stream (keys split from ``key``) and its own optimizer state (``train(ensemble=True)``)."""
     keys = jax.random.split(key, jax.tree_util.tree_leaves(eqx.filter(members, eqx.is_inexact_array))[0].shape[0])
     loss = lambda m, k, s, a: loss_one(m, a, k, s)  # noqa: E731
-    return _fit(members, loss, cfg, keys, ckpt, label, progress, budget, runs, member_data=member_args, fig5=fig5)
+    return _fit(members, loss, cfg, keys, ckpt, label, progress, budget, runs, member_data=member_args, figure=figure)
+
+
+def fig3_config(cfg: Config) -> Config:
+    """Fig. 3's training settings: ``cfg`` with its own steps (`Config.fig3_steps`)."""
+    return dataclasses.replace(cfg, steps=cfg.fig3_steps or cfg.steps)
 
 
 def _fig3_to_train(cfg: Config) -> list[tuple]:
-    """Fig. 3's (T, ΔT) settings that train their own AlgoFormer: all but cfg.loops, which is Fig. 2's."""
-    return [tuple(s) for s in cfg.fig3_loops if tuple(s) != tuple(cfg.loops)]
+    """Fig. 3's (T, ΔT) settings that train an AlgoFormer of their own: all but cfg.loops, which is Fig. 2's
+    model, unless Fig. 3 trains longer than Fig. 2 (`Config.fig3_steps`)."""
+    shared = fig3_config(cfg).steps == cfg.steps
+    return [tuple(s) for s in cfg.fig3_loops if not (shared and tuple(s) == tuple(cfg.loops))]
 
 
 @eqx.filter_jit
@@ -443,34 +471,48 @@ def _last_query_error_per_loop(model, test, max_loops: int):
 
 
 def fig3(
-    cfg: Config, key, ckpt_dir: Path, task, trained: dict, progress: bool = False, budget: TimeBudget | None = None
+    cfg: Config,
+    key,
+    ckpt_dir: Path,
+    task,
+    trained: dict,
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    fig2_key=None,
 ) -> xr.Dataset:
     """AlgoFormers trained with each (T, ΔT) of cfg.fig3_loops on Fig. 2's regression-with-representation task
-    (``task``), evaluated at 1…cfg.eval_loops loops. The setting Fig. 2 trained (cfg.loops) is Fig. 2's model
-    (``trained``: `fig2`'s results); each other one trains alone, so its loss computes only the loop
-    counts eq. (6) weighs (T − ΔT … T), not a padded T_max."""
+    (``task``) for `Config.fig3_steps` steps, evaluated at 1…cfg.eval_loops loops. The setting Fig. 2 trained
+    (cfg.loops) is Fig. 2's model: ``trained`` (`fig2`'s results) where Fig. 3 trains as long as Fig. 2, else
+    built and trained again from Fig. 2's key ``fig2_key`` for Fig. 3's steps. Each other setting trains alone, so
+    its loss computes only the loop counts eq. (6) weighs (T − ΔT … T), not a padded T_max."""
     runs, members, speed = [], [], {}
-    own = _fig3_to_train(cfg)
+    own, cfg3 = _fig3_to_train(cfg), fig3_config(cfg)
     for i, (T, dT) in enumerate(cfg.fig3_loops):
+        ckpt = ckpt_dir / f"fig3_T{T}_dT{dT}.ckpt"
         if (T, dT) not in own:
             res = trained["regression", "algoformer"]
             runs.append(res)
             model, sps = res.model, res.steps_per_second
+        elif (T, dT) == tuple(cfg.loops):
+            if fig2_key is None:
+                raise ValueError("Fig. 3 trains Fig. 2's AlgoFormer for its own steps: give fig2_key, Fig. 2's key.")
+            model, sps = fig2_model(cfg3, fig2_key, "regression", task, "algoformer", ckpt, progress, budget, runs, 3)
         else:
             loss = lambda m, k, s, loops=(T, dT): losses.sequence_loss(  # noqa: E731
-                m, training_prompts(task, cfg, k, s, cfg.d, cfg.N), loops
+                m, training_prompts(task, cfg3, k, s, cfg.d, cfg.N), loops
             )
             model = build_model("algoformer", cfg, task, jax.random.fold_in(key, 10 + i))
             model, _, sps = _fit(
                 model,
                 loss,
-                cfg,
+                cfg3,
                 jax.random.fold_in(key, 20 + i),
-                ckpt_dir / f"fig3_T{T}_dT{dT}.ckpt",
+                ckpt,
                 f"fig3 (T, ΔT) = ({T}, {dT})",
                 progress,
                 budget,
                 runs,
+                figure=3,
             )
         members.append(model)
         speed[f"steps_per_second_T{T}_dT{dT}"] = sps
@@ -524,7 +566,7 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
             progress,
             budget,
             runs,
-            fig5=True,
+            figure=5,
         )
         trained.append(members)
         speed[f"steps_per_second_T{T}_dT{dT}"] = sps
@@ -568,10 +610,12 @@ def trained_enough(cfg: Config) -> bool:
     return _trained_as(cfg, "trained")[0]
 
 
-def _trained_as(cfg: Config, at: str, fig5: bool = False) -> tuple[bool, str]:
-    """Whether ``cfg``'s models (Fig. 5's with ``fig5``) train at least as long as at the size ``at``, over at least
-    its seeds; and the reason a claim asserted from there is not asserted at ``cfg`` (`trains_as_long`)."""
-    mine, theirs = (fig5_config(cfg), fig5_config(SIZES[at])) if fig5 else (cfg, SIZES[at])
+def _trained_as(cfg: Config, at: str, figure: int = 2) -> tuple[bool, str]:
+    """Whether ``cfg``'s models of ``figure`` (2: Fig. 2's; 3 and 5 train for their own steps) train at least as long
+    as at the size ``at``, over at least its seeds; and the reason a claim asserted from there is not asserted at
+    ``cfg`` (`trains_as_long`)."""
+    own = {2: lambda c: c, 3: fig3_config, 5: fig5_config}[figure]
+    mine, theirs = own(cfg), own(SIZES[at])
     return trains_as_long(at, training_steps=(mine.steps, theirs.steps), seeds=(cfg.seeds, SIZES[at].seeds))
 
 
@@ -647,10 +691,10 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
     applicable" row, where ``cfg.parts`` leaves it out), for each seed of the datasets' ``seed`` dimension apart
     (`over_seeds`). The paper's orderings of the architectures are asserted where the models train long enough:
     Fig. 2's (AlgoFormer below the standard and the looped transformer; the AR task's at ``--full``) and Fig. 5's
-    (AlgoFormer below GD and Newton in the first iterations) from ``--trained`` (`trained_enough`), Fig. 3's (larger
-    ΔT more stable) at ``--full``; elsewhere "not reproduced" where they fail. The errors are read per position
-    relative to the zero estimator's at that position, so that a sequence whose scale grows along the prompt (the AR
-    task) does not hide what the model learns."""
+    (AlgoFormer below GD and Newton in the first iterations) and Fig. 3's (larger ΔT more stable) from ``--trained``
+    (`trained_enough`; Figs. 3 and 5 at their own steps); elsewhere "not reproduced" where they fail. The errors are
+    read per position relative to the zero estimator's at that position, so that a sequence whose scale grows along
+    the prompt (the AR task) does not hide what the model learns."""
     given = [ds for ds in (ds2, ds3, ds5) if ds is not None]
     if given and "seed" in given[0].dims:
         return checks_per_seed(lambda *one: _checks(cfg, *one), ds2, ds3, ds5)
@@ -685,8 +729,9 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
 
 
 def _fig3_check(cfg: Config, ds3) -> Check:
-    """Fig. 3's claim: a larger ΔT gives more stable inference past the trained T."""
-    asserted, why = _trained_as(cfg, "full")
+    """Fig. 3's claim: a larger ΔT gives more stable inference past the trained T; asserted from ``--trained``
+    (Fig. 3's 10,000 steps, three seeds: `SIZES`)."""
+    asserted, why = _trained_as(cfg, "trained", figure=3)
     err = ds3.error.values
     T = ds3["T"].values
     dT = np.array([int(s.rstrip(")").split(", ")[-1]) for s in ds3.setting.values])
@@ -705,7 +750,7 @@ def _fig3_check(cfg: Config, ds3) -> Check:
         margin=(relative_margin(max(ratio[i] / ratio[j] for i, j in pairs), 1.0) + " (worst ratio of ratios)")
         if pairs
         else "no pair",
-        asserted_at="--full",
+        asserted_at="--trained",
     )
 
 
@@ -713,7 +758,7 @@ def _fig5_checks(cfg: Config, ds5) -> list[Check]:
     """Fig. 5's claims: every AlgoFormer learned (at its T); Newton (eq. 4) converges, faster than GD; the AlgoFormer
     below both in the first iterations, read from the setting whose loss weighs the earliest loops (the paper's
     (T, ΔT) = (10, 10), trained from t = 1 on)."""
-    asserted, why = _trained_as(cfg, "trained", fig5=True)
+    asserted, why = _trained_as(cfg, "trained", figure=5)
     Ts = ds5["T"].values
     ratios = {
         f"{setting}, σ = {s:g}": ds5.algoformer.values[j, i, Ts[j] - 1] / ds5.zero.values[i]
@@ -884,7 +929,14 @@ def run_parts(
             lap(f"Fig. 2 ({part}){after}")
             if part == "regression":
                 per_seed[-1]["fig3"] = fig3(
-                    cfg, jax.random.fold_in(key, 3), where, tasks2["regression"], trained2, progress, budget
+                    cfg,
+                    jax.random.fold_in(key, 3),
+                    where,
+                    tasks2["regression"],
+                    trained2,
+                    progress,
+                    budget,
+                    fig2_key=jax.random.fold_in(key, 2),
                 )
                 lap(f"Fig. 3{after}")
         datasets = {name: _stack_seeds([d[name] for d in per_seed]) for name in per_seed[0]}
@@ -933,8 +985,14 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         "even so a rare prompt's series grows large and carries much of the mean error (the paper's measure, kept here), "
         "and the Bayes oracle that knows Φ* and the prior of A (dotted) shows what is learnable in context. "
         "Fig. 2's comparisons of the architectures on the regression and CoT tasks are asserted from `--trained` "
-        "(3,000 steps, every model from three seeds, each seed checked apart), on the AR task and Figs. 3 and 5's at "
-        '`--full`; at a shorter training they are shown with their margins, "not reproduced" where they do not hold.'
+        "(3,000 steps, every model from three seeds, each seed checked apart), Figs. 3 and 5's from `--trained`'s "
+        "10,000 steps of their own models, the AR task's at `--full`; at a shorter training they are shown with their "
+        'margins, "not reproduced" where they do not hold.'
+        + (
+            f" Fig. 3's models trained {fig3_config(cfg).steps:,} steps, Fig. 5's {fig5_config(cfg).steps:,}."
+            if (cfg.fig3_steps, cfg.fig5_steps) != (0, 0)
+            else ""
+        )
         + (f" Every model here trained from {cfg.seeds} seeds; the figures draw seed 0's." if cfg.seeds > 1 else ""),
     ]
     figures = _figures(out, cfg, ds2, ds3, ds5)
@@ -969,7 +1027,8 @@ def _part_stage(part: str):
     stage.__doc__ = (
         f"{PART_CLAIMS[part]}: the models of the part {part!r}, trained from the seed ``cfg.seed`` as `run` trains them "
         "(no checkpoints kept), their checks and errors (each variable named after its figure). A sweep over "
-        "``steps`` (``fig5_steps`` for Fig. 5) and ``seed`` finds the training at which each claim holds for every seed."
+        "``steps`` (``fig3_steps`` for Fig. 3, ``fig5_steps`` for Fig. 5) and ``seed`` finds the training at which "
+        "each claim holds for every seed."
     )
     return stage
 

@@ -96,9 +96,9 @@ CHOICES = {"compute_dtype": ("bfloat16", "float32")}
 # integers are at most this (steps and sizes live in int32 arrays)
 MAX_INT = 2**31 - 1
 
-# integer settings that may be 0 (a seed; a curriculum's interval, 0 for none; the AlgoFormer's Fig. 5 steps, 0 for its
-# `steps`); every other integer is >= 1
-ZERO_ALLOWED = ("seed", "curriculum_every", "fig5_steps", "fig5_curriculum_every")
+# integer settings that may be 0 (a seed; a curriculum's interval, 0 for none; the AlgoFormer's Fig. 3 and Fig. 5 steps,
+# 0 for its `steps`); every other integer is >= 1
+ZERO_ALLOWED = ("seed", "curriculum_every", "fig3_steps", "fig5_steps", "fig5_curriculum_every")
 
 
 class SettingsError(ValueError):
