@@ -24,3 +24,28 @@ def pytest_configure(config):
         from jaxicl.runtime.xla_options import size_cpu_thread_pool
 
         size_cpu_thread_pool(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+def tiny_algoformer(**changes):
+    """The AlgoFormer reproduction's quick settings at toy size (width 8, a few steps, (T, ΔT) = (2, 1) everywhere),
+    with ``changes``: for tests of its pipeline, whose checks are not meaningful at this size."""
+    import dataclasses
+
+    from jaxicl.experiments import algoformer as A
+
+    toy = dict(
+        steps=4,
+        chunk=2,
+        d_model=8,
+        n_heads=2,
+        loops=(2, 1),
+        fig3_loops=((2, 1),),
+        fig5_loops=((2, 1),),
+        eval_loops=4,
+        iterations=20,
+        test_prompts=16,
+        batch=4,
+        fig5_steps=0,
+        fig5_curriculum_every=0,
+    )
+    return dataclasses.replace(A.SIZES["quick"], **(toy | changes))

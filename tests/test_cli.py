@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny_algoformer
 
 from jaxicl import cli
 from jaxicl.runtime import jobs as jobs_module
@@ -69,30 +70,13 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     draws the figures marked "partial, step 2 of 4" with their checks reported, the command exits 3, and the next
     call (no budget) resumes every model from its checkpoint at step 2 and finishes it. (That a resumed run gives
     the uninterrupted run's numbers is asserted on `train` itself, in test_transformer.py.)"""
-    import dataclasses
 
     import xarray as xr
 
     from jaxicl.experiments import algoformer as A
     from jaxicl.runtime import compilation_cache
 
-    tiny = dataclasses.replace(
-        A.SIZES["quick"],
-        steps=4,
-        fig5_steps=0,
-        chunk=2,
-        d_model=8,
-        n_heads=2,
-        std_layers=1,
-        loops=(2, 1),
-        fig3_loops=((2, 1), (1, 0)),
-        fig5_loops=((2, 1),),
-        eval_loops=4,
-        iterations=20,
-        test_prompts=16,
-        batch=4,
-        fig5_curriculum_every=0,
-    )
+    tiny = tiny_algoformer(std_layers=1, fig3_loops=((2, 1), (1, 0)))
     monkeypatch.setitem(A.SIZES, "quick", tiny)  # the CLI's default size, at toy size
     # a compilation cache of its own: the resuming call reads back the first call's programs
     request.addfinalizer(compilation_cache.disable)

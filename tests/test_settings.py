@@ -8,6 +8,7 @@ import importlib
 import jax
 import numpy as np
 import pytest
+from conftest import tiny_algoformer
 
 from jaxicl import cli
 from jaxicl.experiments import _modules, available, settings
@@ -259,22 +260,7 @@ def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeyp
     are written, and the claims of the parts left out are one "not applicable" row each (not dropped, not passed)."""
     from jaxicl.experiments import algoformer as A
 
-    tiny = dataclasses.replace(
-        A.SIZES["quick"],
-        steps=4,
-        fig5_steps=0,
-        fig5_curriculum_every=0,
-        chunk=2,
-        d_model=8,
-        n_heads=2,
-        loops=(2, 1),
-        fig3_loops=((2, 1),),
-        fig5_loops=((2, 1), (1, 1)),
-        eval_loops=4,
-        iterations=20,
-        test_prompts=16,
-        batch=4,
-    )
+    tiny = tiny_algoformer(fig5_loops=((2, 1), (1, 1)))
     monkeypatch.setitem(A.SIZES, "quick", tiny)
     assert cli.main(["reproduce", "algoformer", "--out", str(tmp_path), "--set", 'parts=["fig5"]']) in (0, 1)
     report = (tmp_path / "report.md").read_text()

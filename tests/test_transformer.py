@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import tiny_algoformer
 
 from jaxicl import baselines, losses, models, tasks
 from jaxicl.dynamics import Curriculum, train
@@ -945,18 +946,7 @@ def test_algoformer_fig3_trains_fig2s_model_for_its_own_steps(tmp_path):
     the model Fig. 2 trains when its own steps are that many (where Fig. 3 reuses Fig. 2's model)."""
     from jaxicl.experiments import algoformer as A
 
-    tiny = dataclasses.replace(
-        A.SIZES["quick"],
-        steps=4,
-        chunk=2,
-        d_model=8,
-        n_heads=2,
-        loops=(2, 1),
-        fig3_loops=((2, 1),),
-        eval_loops=3,
-        test_prompts=8,
-        batch=4,
-    )
+    tiny = tiny_algoformer()
     own = dataclasses.replace(tiny, steps=2, fig3_steps=4)
     assert A._fig3_to_train(tiny) == [] and A._fig3_to_train(own) == [(2, 1)]
     key2, key3 = jax.random.PRNGKey(2), jax.random.PRNGKey(3)
