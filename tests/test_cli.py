@@ -259,7 +259,8 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
 
     reference = jobs_module.reference_seconds()
     assert reference["zhang2023"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
-    assert {"machine", "date", "commit", "measured"} <= set(__import__("json").loads(jobs_module.REFERENCE.read_text()))
+    shipped = __import__("json").loads(jobs_module.REFERENCE.read_text())
+    assert all({"machine", "date", "commit", "measured", "seconds"} <= set(run) for run in shipped.values())
     monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
     assert jobs_module.job_seconds() == reference
     jobs_module.record_seconds({"gatmiry2024": 900.0})
@@ -289,6 +290,38 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     monkeypatch.setattr(jobs_module, "_local_file", lambda: None)  # no compilation cache
     jobs_module.record_seconds({"zhang2023": 1.0})
     assert jobs_module.job_seconds() == reference
+
+
+def test_jobs_of_each_size_start_in_the_order_of_that_sizes_reference_run(tmp_path, monkeypatch):
+    """Each size's jobs are ordered by that size's shipped reference run (at ``--trained`` the AlgoFormer's regression
+    part, whose Fig. 3 trains 10,000 steps, is among the longest; at quick it is not), not by a quick run's times;
+    a size with no reference run of its own (``--full``) by quick's."""
+    import pickle
+    import sys
+
+    import jaxicl.experiments as E
+
+    monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)
+    jobs_module.record_seconds({"gatmiry2024": 1e6})  # this machine's quick run: it orders quick runs only
+    quick, trained = jobs_module.reference_seconds("quick"), jobs_module.reference_seconds("trained")
+    assert jobs_module.job_seconds("trained") == trained and jobs_module.job_seconds("full") == quick
+    jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
+    assert set(jobs) <= set(trained)  # every job measured
+    order = jobs_module.longest_first(jobs, size="trained")
+    assert order == sorted(jobs, key=lambda j: -trained[j]) != jobs_module.longest_first(jobs)
+    started = []
+
+    def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
+        started.append(E._job_name(name, part))
+        res = _fake_paper(name) if part is None else E.PartResult(name, part, {})
+        return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({pickle.dumps([res])!r})"]
+
+    monkeypatch.setattr(E, "_child_command", fake_child)
+    monkeypatch.setattr(
+        E._modules(["algoformer"])["algoformer"], "assemble", lambda size, out, parts: _fake_paper("algoformer")
+    )
+    E._run_in_processes(["zhang2023", "yang2024", "algoformer"], "trained", tmp_path / "out", False, None, True, jobs=1)
+    assert started == [j for j in order if j.split("/")[0] in ("zhang2023", "yang2024", "algoformer")]
 
 
 def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are_done(tmp_path, monkeypatch, capsys):
@@ -321,7 +354,7 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(E.REPRODUCTIONS, "parted", (module.__name__, "a paper in two parts"))
     times = jobs_module.reference_seconds() | {"parted/long": 1000, "parted/short": 1}
-    monkeypatch.setattr(jobs_module, "job_seconds", lambda: times)
+    monkeypatch.setattr(jobs_module, "job_seconds", lambda size="quick": times)
     started = []
 
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):

@@ -335,10 +335,10 @@ def _run_in_processes(
     assembled here once all its parts are done), up to ``jobs`` at once, all sharing the persistent compilation cache.
 
     Several processes use a machine better than one: XLA compiles on one thread, and the reproductions' many small
-    programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line
-    names its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the
-    whole call's wall clock: a process that starts later gets what is left of it. Processes start longest first
-    (`longest_first`), so the machine is not left to one long job at the end. Each starts XLA:CPU with its
+    programs keep about 1.4 of two cores busy (benchmarks/README.md). Their output interleaves, each summary line names
+    its paper; ``out/report.md`` is rewritten in the given order as each paper finishes. A budget is the whole call's
+    wall clock: a process that starts later gets what is left of it. Processes start longest first (`longest_first`, by
+    the measured times of ``size``), so the machine is not left to one long job at the end. Each starts XLA:CPU with its
     share of the cores as intra-op threads (`cpu_threads_per_process`). A process that uses no CPU time for
     `jaxicl.runtime.watchdog.STALL_SECONDS` has deadlocked (`run_watched`): its Python stacks are printed and it is
     started once more. With ``record_times``, a whole quick run records each job's wall time for the next run's order
@@ -396,7 +396,7 @@ def _run_in_processes(
         # a SIGTERM or SIGINT stops every child before this process ends, and the folder above is removed
         with stopping_children_on_signals(), ThreadPoolExecutor(max_workers=jobs) as pool:
             order = {_job_name(*j): j for j in todo}  # submitted longest first, reported in the given order
-            futures = [pool.submit(one, order[label]) for label in longest_first(list(order))]
+            futures = [pool.submit(one, order[label]) for label in longest_first(list(order), size=size)]
     if record_times and size == "quick" and end is None:  # whole runs only: a slice says nothing of a job's length
         record_seconds(seconds)
     for future in futures:  # the first crash, once every paper has finished

@@ -4,7 +4,10 @@ share an accelerator, and the watch that restarts one XLA:CPU deadlocked.
 ``--jobs`` starts the longest jobs first, so that the machine is not left to one long job at the end. How long a job
 takes is measured data, not a constant: each ``--jobs`` run at quick size records every job's wall time beside its
 compilation cache (`record_seconds`, ``job-seconds.json``), and the next run reads it; before any run on a machine,
-the times of the reference run shipped with the package (``job_seconds.json``: machine, date, commit) order the jobs.
+the times of the reference runs shipped with the package (``job_seconds.json``: one run per size, with its machine,
+date and commit) order the jobs. A size's jobs are not those of another in the same proportions (at ``--trained`` the
+AlgoFormer's Fig. 3 trains longer than its Fig. 2), so each size is ordered by its own reference run where one is
+shipped (quick's where none is: ``--full``).
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ def _local_file() -> Path | None:
     return None if not cache else Path(cache).parent / LOCAL_NAME
 
 
-def reference_seconds() -> dict[str, float]:
-    """Each job's quick wall time ("paper" or "paper/part") in the reference run shipped with the package."""
-    return dict(json.loads(REFERENCE.read_text())["seconds"])
+def reference_seconds(size: str = "quick") -> dict[str, float]:
+    """Each job's wall time ("paper" or "paper/part") in the reference run of ``size`` shipped with the package (the
+    quick run's where none of that size is)."""
+    runs = json.loads(REFERENCE.read_text())
+    return dict(runs.get(size, runs["quick"])["seconds"])
 
 
 def _recorded(local: Path | None) -> dict[str, float]:
@@ -49,10 +54,10 @@ def _recorded(local: Path | None) -> dict[str, float]:
     }
 
 
-def job_seconds() -> dict[str, float]:
-    """Each job's quick wall time ("paper" or "paper/part"): the reference run's (`reference_seconds`), updated by
-    this machine's last quick ``--jobs`` run where one was recorded."""
-    return reference_seconds() | _recorded(_local_file())
+def job_seconds(size: str = "quick") -> dict[str, float]:
+    """Each job's wall time ("paper" or "paper/part") at ``size``: the reference run's (`reference_seconds`), at quick
+    size updated by this machine's last quick ``--jobs`` run where one was recorded."""
+    return reference_seconds(size) | (_recorded(_local_file()) if size == "quick" else {})
 
 
 def record_seconds(seconds: dict[str, float]) -> None:
@@ -79,10 +84,10 @@ def _seconds(job: str, times: dict[str, float]) -> float:
     return times.get(job, sum(v for k, v in times.items() if k.startswith(f"{job}/")))
 
 
-def longest_first(jobs: list[str], times: dict[str, float] | None = None) -> list[str]:
-    """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them: longest quick run first (``times``,
-    default `job_seconds`; unknown ones last, in the order given)."""
-    times = job_seconds() if times is None else times
+def longest_first(jobs: list[str], times: dict[str, float] | None = None, size: str = "quick") -> list[str]:
+    """``jobs`` (papers, or "paper/part") in the order ``--jobs`` starts them at ``size``: longest first (``times``,
+    default `job_seconds` of ``size``; unknown ones last, in the order given)."""
+    times = job_seconds(size) if times is None else times
     return sorted(jobs, key=lambda n: -_seconds(n, times))
 
 
