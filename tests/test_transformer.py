@@ -490,6 +490,42 @@ def test_a_damaged_or_foreign_checkpoint_is_an_error_naming_it(tmp_path):
     assert again().resumed_from == 20  # the intact file still resumes
 
 
+def test_a_longer_run_continues_a_shorter_runs_checkpoint_bit_for_bit(tmp_path):
+    """`continue_checkpoint`: a run of 30 steps started from the 20-step checkpoint of the same trajectory (settings
+    that differ only in the step count and the name) resumes at step 20 and ends with the parameters and losses of
+    the run trained 30 steps from the start; a checkpoint of another setting is refused, and so is an existing one."""
+    from jaxicl.dynamics.checkpoint import continue_checkpoint
+    from jaxicl.dynamics.train import CheckpointError
+
+    run = lambda n, ck, **cfg: train(  # noqa: E731
+        _loss, _tiny(), n, KEY, chunk_size=10, checkpoint=ck, progress=False, config={"steps": n, **cfg}
+    )
+    straight = run(30, tmp_path / "straight.ckpt", name="long", lr=1)
+    run(20, tmp_path / "short.ckpt", name="short", lr=1)
+    continue_checkpoint(
+        tmp_path / "short.ckpt",
+        tmp_path / "long.ckpt",
+        {"steps": 30, "name": "long", "lr": 1},
+        may_differ=("steps", "name"),
+    )
+    res = run(30, tmp_path / "long.ckpt", name="long", lr=1)
+    assert res.resumed_from == 20 and res.step == 30
+    np.testing.assert_array_equal(res.losses, straight.losses)
+    for a, b in zip(jax.tree_util.tree_leaves(res.model), jax.tree_util.tree_leaves(straight.model)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(CheckpointError, match="cannot start the run of .*another trajectory \\(lr differ\\)"):
+        continue_checkpoint(
+            tmp_path / "short.ckpt", tmp_path / "other.ckpt", {"steps": 30, "lr": 2}, may_differ=("steps", "name")
+        )
+    with pytest.raises(CheckpointError, match="long.ckpt exists"):
+        continue_checkpoint(
+            tmp_path / "short.ckpt",
+            tmp_path / "long.ckpt",
+            {"steps": 30, "name": "long", "lr": 1},
+            may_differ=("steps", "name"),
+        )
+
+
 def test_nan_loss_names_the_step(tmp_path):
     def loss(m, k, s):
         return _loss(m, k, s) * jnp.where(s == 13, jnp.nan, 1.0)
@@ -940,10 +976,11 @@ def test_ensemble_size_that_fits_is_read_from_one_compilation_and_the_ensemble_i
             ensemble_size_that_fits(_loss, model, chunk=4, memory_budget=one - 1)
 
 
-def test_algoformer_fig3_trains_fig2s_model_for_its_own_steps(tmp_path):
+def test_algoformer_fig3_trains_fig2s_model_for_its_own_steps(tmp_path, monkeypatch):
     """With Fig. 3's own steps (`Config.fig3_steps`) its (T, ΔT) = ``loops`` model is Fig. 2's AlgoFormer (its
     initialisation and prompts) trained that long under a checkpoint of its own: the same errors at every loop as
-    the model Fig. 2 trains when its own steps are that many (where Fig. 3 reuses Fig. 2's model)."""
+    the model Fig. 2 trains when its own steps are that many (where Fig. 3 reuses Fig. 2's model); where Fig. 2's
+    checkpoint is there, from it."""
     from jaxicl.experiments import algoformer as A
 
     tiny = tiny_algoformer()
@@ -958,5 +995,17 @@ def test_algoformer_fig3_trains_fig2s_model_for_its_own_steps(tmp_path):
         expected = A._last_query_error_per_loop(fig2s, test, tiny.eval_loops)
     np.testing.assert_array_equal(ds3.error.values, np.asarray(expected)[None])
     assert (tmp_path / "fig3_T2_dT1.ckpt").exists() and ds3.attrs["status"] == "complete"
+    # where Fig. 2 trained first (its 2 steps), Fig. 3's model starts from Fig. 2's checkpoint: the same model
+    after, started = tmp_path / "after_fig2", []
+    with jax.enable_x64(False):
+        A.fig2_model(
+            own, key2, "regression", task, "algoformer", after / "fig2_regression_algoformer.ckpt", False, None, []
+        )
+        keep = A.continue_checkpoint
+        spy = lambda src, dst, *a, **k: (started.append((src.name, dst.name)), keep(src, dst, *a, **k))  # noqa: E731
+        monkeypatch.setattr(A, "continue_checkpoint", spy)
+        ds3b = A.fig3(own, key3, after, task, {}, fig2_key=key2)
+    assert started == [("fig2_regression_algoformer.ckpt", "fig3_T2_dT1.ckpt")]
+    np.testing.assert_array_equal(ds3b.error.values, ds3.error.values)
     with pytest.raises(ValueError, match="give fig2_key"), jax.enable_x64(False):
         A.fig3(own, key3, tmp_path / "none", task, {})

@@ -10,6 +10,7 @@ between its compiled chunks.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -117,6 +118,30 @@ def load_checkpoint(path, params, opt_state, fingerprint, key=None):
     except (ValueError, TypeError, KeyError) as e:
         refuse(f"holds no PRNG key this run can use ({type(e).__name__}: {e})")
     return params, opt_state, step, key, losses, header["evals"]
+
+
+def continue_checkpoint(src, dst, config: dict, may_differ: tuple) -> None:
+    """Start the run whose checkpoint is ``dst`` (its fingerprint's ``config``) where the run of ``src`` ended: ``src``
+    is the checkpoint of the same trajectory's first steps, written by a shorter run whose settings differ from
+    ``config`` only in ``may_differ`` (its step count, its name). ``dst`` becomes a copy of ``src`` under ``config``,
+    so `jaxicl.dynamics.train` resumes it (the data stream of step s depends on the key and s alone: bit for bit the
+    run trained from the start). Refused (`CheckpointError`) where another setting differs; ``dst`` must not exist."""
+    with open(src, "rb") as f:
+        header, rest = json.loads(f.readline()), f.read()
+    if header.get("magic") != _MAGIC:
+        raise CheckpointError(f"checkpoint {src} is not a jaxicl training checkpoint (or its header is damaged).")
+    theirs = header["fingerprint"]["config"]
+    differ = sorted(k for k in {*theirs, *config} - set(may_differ) if theirs.get(k) != config.get(k))
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {src} cannot start the run of {dst}: it trained another trajectory ({', '.join(differ)} differ)."
+        )
+    if Path(dst).exists():
+        raise CheckpointError(f"checkpoint {dst} exists: resume it, or delete it to start again from {src}.")
+    header["fingerprint"] = {**header["fingerprint"], "config": config}
+    with atomic_output(dst) as tmp, open(tmp, "wb") as f:
+        f.write((json.dumps(header) + "\n").encode())
+        f.write(rest)
 
 
 def checkpoint_header(path) -> dict:

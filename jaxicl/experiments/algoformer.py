@@ -38,6 +38,7 @@ import xarray as xr
 
 from .. import baselines, losses, models, tasks
 from ..dynamics import Curriculum, member, train
+from ..dynamics.checkpoint import checkpoint_header, continue_checkpoint
 from ..runtime.budget import TimeBudget, next_deadline, plan
 from .report import (
     Check,
@@ -199,7 +200,8 @@ _QUICK = Config(
     n_heads=4,
     std_layers=4,
     loops=(8, 6),
-    # quick: the pair with the same T that Fig. 3's claim compares ((4, 3) joins from --trained)
+    # quick and trained: the pair with the same T that Fig. 3's claim compares (a third setting, which no claim
+    # reads, would add a fifth of Fig. 3's training; the paper's three settings train at --full)
     fig3_loops=((8, 6), (8, 1)),
     eval_loops=40,
     sigmas=(0.0, 0.1, 1.0),
@@ -222,9 +224,7 @@ SIZES = {
     # sweep --stage algoformer:fig5 --trained --grid fig5_steps=[5000,10000] --grid seed=[0,1,2]`: at 5,000 its σ = 1
     # row failed for each seed, at 2,500 every row), Fig. 3's at 10,000 (`--stage algoformer:regression --trained
     # --grid steps=[10000] --grid seed=[0,1,2]`: at 3,000 seed 0 showed the claim's opposite)
-    "trained": dataclasses.replace(
-        _QUICK, steps=3000, seeds=3, fig3_loops=((8, 6), (8, 1), (4, 3)), fig3_steps=10_000, fig5_steps=10_000
-    ),
+    "trained": dataclasses.replace(_QUICK, steps=3000, seeds=3, fig3_steps=10_000, fig5_steps=10_000),
     "full": Config(
         d=20,
         N=40,
@@ -306,14 +306,21 @@ def _fit(
     runs: list | None = None,
     member_data=None,
     figure: int = 2,
+    continues: Path | None = None,
 ):
     """AdamW (lr cfg.lr) for cfg.steps steps with a checkpoint, within the next share of ``budget``; returns (model,
     losses, steps/s) and appends the training result to ``runs``. With ``member_data``, ``model`` is an ensemble and
     ``key`` one key per member (``train(ensemble=True)``). The checkpoint's fingerprint holds every setting of
     ``cfg`` but the settings of the figures other than ``figure`` (the figure whose model this is: `FIG5_SETTINGS`,
     `FIG3_SETTINGS`), which it never reads: a change to Fig. 5 leaves Figs. 2 and 3's checkpoints resumable, one to
-    Fig. 3's steps Figs. 2 and 5's."""
+    Fig. 3's steps Figs. 2 and 5's. ``continues``: the checkpoint of this trajectory's first steps, trained by a
+    shorter run (Fig. 2's model, which Fig. 3 trains on for its own steps); a run without a checkpoint of its own
+    starts where that one ended (`continue_checkpoint`)."""
     unread = {*(FIG5_SETTINGS if figure != 5 else ()), *(FIG3_SETTINGS if figure != 3 else ())}
+    config = {"run": label, **{k: str(v) for k, v in dataclasses.asdict(cfg).items() if k not in unread}}
+    if continues is not None and continues.exists() and not ckpt.exists():
+        if checkpoint_header(continues)["step"] <= cfg.steps:
+            continue_checkpoint(continues, ckpt, config, may_differ=("run", "steps", *FIG3_SETTINGS))
     if progress:
         print(f"  training {label}", flush=True)
     res = train(
@@ -324,10 +331,7 @@ def _fit(
         optimizer=optax.adamw(cfg.lr),
         chunk_size=cfg.chunk,
         checkpoint=ckpt,
-        config={
-            "run": label,
-            **{k: str(v) for k, v in dataclasses.asdict(cfg).items() if k not in unread},
-        },
+        config=config,
         progress=progress,
         label=label,
         deadline=next_deadline(budget),
@@ -397,12 +401,11 @@ def fig2(
         if isinstance(task, tasks.ARRepresentation):  # what is learnable in context: the Bayes oracle that knows Φ*
             curves["oracle"] = _oracle_error(task, test)
         for kind in MODELS:
-            loops = None if kind == "standard" else tuple(cfg.loops)
             model, sps = fig2_model(
                 cfg, key, tname, task, kind, ckpt_dir / f"fig2_{tname}_{kind}.ckpt", progress, budget, runs
             )
             trained[tname, kind] = runs[-1]
-            curves[kind] = np.asarray(losses.prefix_curve(model, test, None if loops is None else loops[0]))
+            curves[kind] = np.asarray(losses.prefix_curve(model, test, None if kind == "standard" else cfg.loops[0]))
             speed[f"{tname}_{kind}"] = sps
         n = len(curves["zero"])
         for name, c in curves.items():
@@ -415,9 +418,12 @@ def fig2(
     return ds, ts, trained
 
 
-def fig2_model(cfg: Config, key, tname: str, task, kind: str, ckpt: Path, progress, budget, runs, figure: int = 2):
+def fig2_model(
+    cfg: Config, key, tname: str, task, kind: str, ckpt: Path, progress, budget, runs, figure: int = 2, continues=None
+):
     """Fig. 2's model ``kind`` (of `MODELS`) on its task ``tname`` (of `fig2_tasks`), built and trained from
-    ``key`` (`fig2`'s) for ``cfg.steps`` steps (`_fit`); (model, steps/s)."""
+    ``key`` (`fig2`'s) for ``cfg.steps`` steps (`_fit`, from the checkpoint ``continues`` of its first steps where
+    given); (model, steps/s)."""
     ti, mi = FIG2_TASKS.index(tname), MODELS.index(kind)
     loops = None if kind == "standard" else tuple(cfg.loops)
     dn = _task_size(cfg, tname)
@@ -434,6 +440,7 @@ def fig2_model(cfg: Config, key, tname: str, task, kind: str, ckpt: Path, progre
         budget,
         runs,
         figure=figure,
+        continues=continues,
     )
     return model, sps
 
@@ -483,8 +490,9 @@ def fig3(
     """AlgoFormers trained with each (T, ΔT) of cfg.fig3_loops on Fig. 2's regression-with-representation task
     (``task``) for `Config.fig3_steps` steps, evaluated at 1…cfg.eval_loops loops. The setting Fig. 2 trained
     (cfg.loops) is Fig. 2's model: ``trained`` (`fig2`'s results) where Fig. 3 trains as long as Fig. 2, else
-    built and trained again from Fig. 2's key ``fig2_key`` for Fig. 3's steps. Each other setting trains alone, so
-    its loss computes only the loop counts eq. (6) weighs (T − ΔT … T), not a padded T_max."""
+    Fig. 2's model (built from Fig. 2's key ``fig2_key``) trained on to Fig. 3's steps under a checkpoint of its own,
+    from Fig. 2's checkpoint in ``ckpt_dir`` where it is there (else from the start: the same trajectory). Each other
+    setting trains alone, so its loss computes only the loop counts eq. (6) weighs (T − ΔT … T), not a padded T_max."""
     runs, members, speed = [], [], {}
     own, cfg3 = _fig3_to_train(cfg), fig3_config(cfg)
     for i, (T, dT) in enumerate(cfg.fig3_loops):
@@ -496,7 +504,10 @@ def fig3(
         elif (T, dT) == tuple(cfg.loops):
             if fig2_key is None:
                 raise ValueError("Fig. 3 trains Fig. 2's AlgoFormer for its own steps: give fig2_key, Fig. 2's key.")
-            model, sps = fig2_model(cfg3, fig2_key, "regression", task, "algoformer", ckpt, progress, budget, runs, 3)
+            fig2s = ckpt_dir / "fig2_regression_algoformer.ckpt"  # its first cfg.steps: Fig. 2's training
+            model, sps = fig2_model(
+                cfg3, fig2_key, "regression", task, "algoformer", ckpt, progress, budget, runs, 3, continues=fig2s
+            )
         else:
             loss = lambda m, k, s, loops=(T, dT): losses.sequence_loss(  # noqa: E731
                 m, training_prompts(task, cfg3, k, s, cfg.d, cfg.N), loops
