@@ -131,7 +131,7 @@ def _reproduce_here(args, names, size, overrides, configs, child: bool) -> int:
         return _reproduce_part(args, names, size, overrides)
     # papers run in this process: it watches itself for XLA:CPU's deadlock (a --jobs parent watches its children)
     in_process = not child and (
-        args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers, configs)
+        args.plan or not runs_in_processes(names, args.jobs, not args.skip_transformers, configs, size)
     )
     with watchdog.watching() if in_process else contextlib.nullcontext():
         results = reproduce(

@@ -199,7 +199,7 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
     assert [r.name for r in results] == ["ahn2023", "gatmiry2024"]
     report = (tmp_path / "report.md").read_text()
     assert report.index("## ahn2023") < report.index("## gatmiry2024")
-    with pytest.raises(RuntimeError, match="the zhang2023 reproduction's process exited with status 7"):
+    with pytest.raises(RuntimeError, match=r"the zhang2023/\w+ reproduction's process exited with status 7"):
         E.reproduce(["gatmiry2024", "zhang2023", "ahn2023"], out=tmp_path / "crash", jobs=2)
     # the papers that finished are kept apart: an incomplete run replaces no earlier result
     assert not (tmp_path / "crash" / "report.md").exists()
@@ -233,21 +233,23 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    names = ["ahn2023", "gatmiry2024", "zhang2023"]
+    names = ["ahn2023", "gatmiry2024", "yang2024"]
     results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
-    assert started == ["zhang2023", "ahn2023", "gatmiry2024"]
+    assert started == ["yang2024", "ahn2023", "gatmiry2024"]
     assert [r.name for r in results] == names
-    # the AlgoFormer's parts are jobs of their own: the two workers' estimated wall times are 1,279 s and 1,264 s
+    # the parts of the AlgoFormer and of Zhang et al. are jobs of their own
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
-        "zhang2023",
         "yang2024",
         "ahn2023",
+        "zhang2023/fig1_N20",
         "algoformer/fig5",
         "algoformer/regression",
+        "zhang2023/theory",
         "algoformer/cot",
         "gatmiry2024",
         "algoformer/ar",
+        "zhang2023/fig1_N10",
     ]
 
 
@@ -258,7 +260,7 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     import jaxicl.experiments as E
 
     reference = jobs_module.reference_seconds()
-    assert reference["zhang2023"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
+    assert reference["yang2024"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
     shipped = __import__("json").loads(jobs_module.REFERENCE.read_text())
     assert all({"machine", "date", "commit", "measured", "seconds"} <= set(run) for run in shipped.values())
     monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
@@ -317,9 +319,8 @@ def test_jobs_of_each_size_start_in_the_order_of_that_sizes_reference_run(tmp_pa
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({pickle.dumps([res])!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    monkeypatch.setattr(
-        E._modules(["algoformer"])["algoformer"], "assemble", lambda size, out, parts: _fake_paper("algoformer")
-    )
+    for name in ("algoformer", "zhang2023"):
+        monkeypatch.setattr(E._modules([name])[name], "assemble", lambda size, out, parts, name=name: _fake_paper(name))
     E._run_in_processes(["zhang2023", "yang2024", "algoformer"], "trained", tmp_path / "out", False, None, True, jobs=1)
     assert started == [j for j in order if j.split("/")[0] in ("zhang2023", "yang2024", "algoformer")]
 
@@ -398,7 +399,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
                 f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
                 f"    time.sleep(60)\n{write}"
             )
-        elif name == "zhang2023":  # hangs every time
+        elif name == "yang2024":  # hangs every time
             code = "import time; time.sleep(60)"
         else:  # busy for longer than STALL_SECONDS: not a hang
             code = f"import time\nt = time.time()\nwhile time.time() < t + 4: pass\n{write}"
@@ -413,8 +414,8 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     assert "ahn2023: its process has used no CPU time" in captured.out and "ahn2023: starting it again" in captured.out
     assert "gatmiry2024: its process" not in captured.out
     assert "Fatal Python error: Aborted" in captured.err  # faulthandler's dump of the stopped process
-    with pytest.raises(RuntimeError, match="the zhang2023 reproduction's process stopped using CPU time twice"):
-        E._run_in_processes(["zhang2023"], "quick", tmp_path / "hang", False, None, True, jobs=1)
+    with pytest.raises(RuntimeError, match="the yang2024 reproduction's process stopped using CPU time twice"):
+        E._run_in_processes(["yang2024"], "quick", tmp_path / "hang", False, None, True, jobs=1)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import xarray as xr
 from conftest import tiny_algoformer
 
 from jaxicl import baselines, losses, models, tasks
@@ -722,6 +723,16 @@ def test_zhang_fig1_pipeline_reference_curves(tmp_path):
     z = (ds.zero.values - c) / (sd / np.sqrt(P))
     assert np.all(np.abs(z) <= 4), z
     assert len(list(tmp_path.glob("*.ckpt"))) == len(g.Ns)  # one ensemble (both covariances) per N
+    # each N trained apart (the parts of a --jobs run: Zhang's parts_of) and joined: the whole run's dataset
+    with jax.enable_x64(False):
+        apart = [Z.fig1(g, KEY, tmp_path / "apart", Ns=(N,)) for N in reversed(g.Ns)]
+    assert Z.parts_of(Z.Config(gpt2=g)) == ("theory", "fig1_N3", "fig1_N4") and Z.parts_of(Z.Config(gpt2=None)) == ()
+    joined = Z.join_fig1(apart)
+    xr.testing.assert_equal(joined.sel(N=list(g.Ns)), ds)  # the values; the attributes hold measured speeds
+    assert joined.attrs.keys() == ds.attrs.keys() and joined.attrs["steps_trained"] == [4, 4]
+    assert joined.attrs["status"] == "complete"
+    with pytest.raises(ValueError, match=r"training lengths of gpt2.Ns = \[3, 4\], got \[5\]"):
+        Z.fig1(g, KEY, tmp_path, Ns=(5,))
 
 
 def test_template_sequence_loss_estimates_eq9_so_l_star_is_its_floor():

@@ -111,26 +111,41 @@ def _run_with_settings(module, size: str, config, call):
     return res
 
 
-def _jobs(modules: dict, configs: dict | None = None) -> list[tuple[str, str | None]]:
-    """The processes of a ``--jobs`` run: (paper, part) for each part of a paper with ``PARTS`` (independent pieces
-    of work: `PartResult`; those of its effective settings' ``parts``, ``configs``: name -> Config or None), else
-    (paper, None)."""
+def _parts(module, size: str, config=None, transformers: bool = True) -> tuple:
+    """A paper's parts (independent pieces of work: `PartResult`) at its effective settings (``config``, None: the
+    size's): ``parts_of(config)`` of a paper whose parts depend on its settings, else its ``PARTS``; () for a paper
+    that runs whole."""
+    if not hasattr(module, "parts_of"):
+        return tuple(getattr(module, "PARTS", None) or ())
+    cfg = config or module.SIZES[size]
+    off = None if transformers else getattr(module, "TRANSFORMER_SETTINGS", None)
+    return tuple(module.parts_of(cfg if off is None else dataclasses.replace(cfg, **{off: None})))
 
-    def parts(name, m):
-        return getattr((configs or {}).get(name), "parts", None) or getattr(m, "PARTS", None) or (None,)
 
-    return [(name, part) for name, m in modules.items() for part in parts(name, m)]
+def _jobs(
+    modules: dict, configs: dict | None = None, size: str = "quick", transformers: bool = True
+) -> list[tuple[str, str | None]]:
+    """The processes of a ``--jobs`` run: (paper, part) for each part of a paper (`_parts` at its effective
+    settings, ``configs``: name -> Config or None), else (paper, None)."""
+    configs = configs or {}
+    return [
+        (name, part)
+        for name, m in modules.items()
+        for part in _parts(m, size, configs.get(name), transformers) or (None,)
+    ]
 
 
 def _job_name(name: str, part: str | None) -> str:
     return name if part is None else f"{name}/{part}"
 
 
-def runs_in_processes(names: list[str], jobs: int, transformers: bool = True, configs: dict | None = None) -> bool:
-    """Whether `reproduce` runs these papers in processes of their own, one per paper or part of a paper
+def runs_in_processes(
+    names: list[str], jobs: int, transformers: bool = True, configs: dict | None = None, size: str = "quick"
+) -> bool:
+    """Whether `reproduce` runs these papers at ``size`` in processes of their own, one per paper or part of a paper
     (``jobs`` > 1 and more than one of those to run), rather than in the calling process; ``configs``: the
     papers' effective settings (`effective_settings`), where any changed."""
-    return jobs > 1 and len(_jobs(_modules(names, transformers), configs)) > 1
+    return jobs > 1 and len(_jobs(_modules(names, transformers), configs, size, transformers)) > 1
 
 
 def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 1) -> None:
@@ -154,15 +169,15 @@ def reproduce_part(
     budget_minutes: float | None = None,
     overrides: dict | None = None,
 ) -> list[PartResult]:
-    """One part of a paper (its ``PARTS``; a ``--jobs`` run's process): trained and evaluated, checkpointed under
+    """One part of a paper (of its `_parts`; a ``--jobs`` run's process): trained and evaluated, checkpointed under
     ``out``, its datasets returned for the paper's ``assemble`` (no report written)."""
     module = _modules([name])[name]
-    if part not in (getattr(module, "PARTS", None) or ()):
-        raise ValueError(f"{name} has no part {part!r}; its parts: {list(getattr(module, 'PARTS', None) or ())}.")
+    config = effective_settings({name: module}, size, {name: overrides} if overrides else None)[name]
+    if part not in _parts(module, size, config):
+        raise ValueError(f"{name} has no part {part!r}; its parts: {list(_parts(module, size, config))}.")
     print(f"[jaxicl] reproducing {name}/{part} ({size}) ...", flush=True)
     whole = StageTimer()
     budget = None if budget_minutes is None else TimeBudget(60 * budget_minutes)
-    config = effective_settings({name: module}, size, {name: overrides} if overrides else None)[name]
     with placement.on("latency"):  # the library's throughput-bound calls move to the accelerator themselves
         (res,) = _run_with_settings(
             module,
@@ -226,7 +241,7 @@ def reproduce(
     configs = effective_settings(modules, size, overrides, transformers)
     with staged_results(out):  # out's results are replaced once this run's are complete
         end = None if budget_minutes is None else time.time() + 60 * budget_minutes
-        if runs_in_processes(names, jobs, transformers, configs) and not plan:
+        if runs_in_processes(names, jobs, transformers, configs, size) and not plan:
             return _run_in_processes(
                 list(modules), size, out, progress, end, transformers, int(jobs), overrides, record_times
             )
@@ -350,7 +365,7 @@ def _run_in_processes(
 
     modules = _modules(names, transformers)
     configs = effective_settings(modules, size, overrides, transformers)
-    todo = _jobs(modules, configs)
+    todo = _jobs(modules, configs, size, transformers)
     device = placement.mode()  # every process places its work by the run's mode (one rule: runtime.placement)
     env = child_environment(min(jobs, len(todo)))  # and takes its share of an accelerator's memory
     results: dict[str, PaperResult] = {}

@@ -69,6 +69,11 @@ PARTS = ("regression", "ar", "cot", "fig5")
 FIG2_TASKS = PARTS[:3]
 
 
+def parts_of(cfg) -> tuple[str, ...]:
+    """The parts a run at ``cfg`` computes: its ``parts`` setting (of `PARTS`)."""
+    return tuple(cfg.parts)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config(Sized):
     d: int  # regression input dimension (Figs. 2(a), 3, 5)

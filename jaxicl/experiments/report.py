@@ -396,13 +396,16 @@ class PaperResult:
 class PartResult:
     """What one part of a reproduction computed (a paper's ``PARTS``: independent pieces of work that
     ``jaxicl reproduce --jobs`` runs in processes of their own): its datasets by name, before the paper's
-    ``assemble`` turns them into checks, figures and data files, and where its time went."""
+    ``assemble`` turns them into checks, figures and data files, and where its time went; the checks and notes a
+    part computes as it goes (Zhang et al.'s theory and simulations), where it has them."""
 
     name: str  # the paper
     part: str
     datasets: dict
     stages: list[Stage] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    checks: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
 
 
 def fmt(x, digits: int = 4) -> str:

@@ -23,11 +23,12 @@ import numpy as np
 import xarray as xr
 
 from ... import dynamics, losses, models, tasks
-from ...runtime.budget import TimeBudget
+from ...runtime.budget import TimeBudget, plan
 from ...theory import zhang
 from ..report import (
     Check,
     PaperResult,
+    PartResult,
     fmt,
     lap_timer,
     mark_partial,
@@ -49,6 +50,7 @@ from .fig1 import (  # noqa: F401
     fig1_gpt2_stage,
     fig1_lsa_limits,
     fig1_test_priors,
+    join_fig1,
     trained_enough,
 )
 
@@ -578,29 +580,64 @@ def _random_covariance(r: _Run) -> xr.Dataset:
     return ds_rand
 
 
-def run(
+THEORY = "theory"  # the part of §3–5: the LSA's theory and simulations, float64
+
+
+def _fig1_part(N: int) -> str:
+    return f"fig1_N{N}"
+
+
+def parts_of(cfg: Config) -> tuple[str, ...]:
+    """The parts of the work at ``cfg`` that ``jaxicl reproduce --jobs`` runs in processes of their own (`run_parts`,
+    then `assemble`): the LSA's theory and simulations (§3–5), and Fig. 1's models of each training length N, one
+    ensemble each (Fig. 1 is most of the paper's work, its longest N most of Fig. 1's: benchmarks/README.md); none
+    without Fig. 1 (the paper then runs whole, in one process)."""
+    return () if cfg.gpt2 is None else (THEORY, *(_fig1_part(N) for N in cfg.gpt2.Ns))
+
+
+def run_parts(
+    parts,
     size: str = "quick",
     out: Path = Path("jaxicl-report"),
     progress: bool = False,
     budget: TimeBudget | None = None,
-    transformers: bool = True,
     config: Config | None = None,
-) -> PaperResult:
-    """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Fig. 1 (its
-    GPT-2 training)."""
+) -> list[PartResult]:
+    """Compute ``parts`` (of `parts_of` the settings) in turn: the theory part's checks, notes and datasets, and each
+    Fig. 1 part's trained models' errors (`fig1` of its N, checkpointed under ``out/zhang2023/checkpoints/<size>``);
+    `assemble` makes the paper of them. Under a ``budget`` every Fig. 1 model of these parts gets its share."""
     cfg = config or SIZES[size]
-    cfg = cfg if transformers else dataclasses.replace(cfg, gpt2=None)
-    out = Path(out)
-    t_start = time.perf_counter()
+    known = parts_of(cfg) or (THEORY,)
+    unknown = [p for p in parts if p not in known]
+    if unknown:
+        raise ValueError(f"unknown part(s) {unknown} of {NAME} at these settings; one of {list(known)}.")
+    fig1_Ns = {_fig1_part(N): N for N in (cfg.gpt2.Ns if cfg.gpt2 is not None else ())}
+    plan(budget, sum(p in fig1_Ns for p in parts))
+    results = []
+    for part in parts:
+        t0, lap = time.perf_counter(), lap_timer(progress)
+        if part == THEORY:
+            checks, notes, datasets = _theory(cfg, lap, progress)
+        else:
+            with jax.enable_x64(False):
+                key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 7)
+                ckpt = Path(out) / NAME / "checkpoints" / size
+                datasets = {"fig1_gpt2": fig1(cfg.gpt2, key, ckpt, progress, budget, Ns=(fig1_Ns[part],))}
+            checks, notes = [], []
+            lap(f"Fig. 1 (GPT-2, N = {fig1_Ns[part]})")
+        results.append(PartResult(NAME, part, datasets, lap.stages, time.perf_counter() - t0, checks, notes))
+    return results
+
+
+def _theory(cfg: Config, lap, progress: bool) -> tuple[list[Check], list[str], dict]:
+    """§3–5 in float64: the checks, notes and datasets of the exact loss, the invariant manifold, the flows (Thm 4.1),
+    Thm 4.2, the distribution shifts (§4.2) and Thm 4.5."""
     with jax.enable_x64(True):
-        checks, figures, data, notes, partial = [], [], [], [], {}
+        checks, notes = [], []
         key = jax.random.PRNGKey(cfg.seed)
         keys = (jax.random.fold_in(key, i) for i in range(10**6))
-        lap = lap_timer(progress)
-
-        d, N = cfg.d, cfg.N
-        Lam = example_covariance(d)
-        task = tasks.LinearRegression(d, N, tasks.FixedCovariance(Lam))
+        Lam = example_covariance(cfg.d)
+        task = tasks.LinearRegression(cfg.d, cfg.N, tasks.FixedCovariance(Lam))
 
         r = _Run(cfg, keys, lap, Lam, task, checks, notes)
         _exact_loss_against_monte_carlo(r)
@@ -609,48 +646,75 @@ def run(
         ds_thm42, w_fix, v_fix = _thm42(r)
         ds_shift = _shifts(r, w_fix, v_fix)
         ds_rand = _random_covariance(r)
-        # Fig. 1: GPT-2 on fixed vs random covariance (float32 training)
-        datasets = {"flow": ds_flow, "thm42": ds_thm42, "shifts": ds_shift, "random_cov": ds_rand}
-        if cfg.gpt2 is not None:
-            lsa = fig1_lsa_limits(cfg.gpt2)
-            with jax.enable_x64(False):
-                datasets["fig1_gpt2"] = fig1(
-                    cfg.gpt2, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size, progress, budget
-                )
-            status = datasets["fig1_gpt2"].attrs["status"]
-            checks += mark_partial(
-                fig1_checks(datasets["fig1_gpt2"], lsa, cfg.gpt2), None if status == "complete" else status
-            )
-            lap("Fig. 1 (GPT-2)")
-        # figures and data
-        out.mkdir(parents=True, exist_ok=True)
-        for nm, ds in datasets.items():
-            save_dataset(ds, out / NAME / f"{nm}.nc")
-            data.append(f"{NAME}/{nm}.nc")
-        figures += _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand)
-        if cfg.gpt2 is not None:
-            figures.append(_fig1_figure(out, datasets["fig1_gpt2"], lsa))
-            if status != "complete":
-                partial[figures[-1]] = status
-            g = cfg.gpt2
-            notes.append(
-                f"Fig. 1: {g.n_layers}-layer transformers of width {g.d_model} ({g.n_heads} heads), AdamW lr "
-                f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
-                f"N ∈ {list(g.Ns)}; {g.test_prompts} test prompts per curve (paper: d = 20, 12 layers, width 256, "
-                "500k steps)."
-                + (
-                    f" Every model trained from {g.seeds} seeds, each checked apart; the figure draws seed 0's."
-                    if g.seeds > 1
-                    else ""
-                )
-            )
         notes.append(
-            f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {d}), training length N = {N}, "
-            f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = {cfg.t1:g}."
+            f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {cfg.d}), training length N = {cfg.N}, "
+            f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = "
+            f"{cfg.t1:g}."
         )
+    return checks, notes, {"flow": ds_flow, "thm42": ds_thm42, "shifts": ds_shift, "random_cov": ds_rand}
+
+
+def assemble(size: str, out: Path, parts: list[PartResult], config: Config | None = None) -> PaperResult:
+    """The paper's checks, figures and data files (``out/zhang2023/*.nc``) from the results of the parts of
+    `parts_of` the settings, in any order: Fig. 1's dataset joins those of its Ns (`join_fig1`)."""
+    t0 = time.perf_counter()
+    cfg = config or SIZES[size]
+    out = Path(out)
+    by_part = {p.part: p for p in parts}
+    missing = [p for p in parts_of(cfg) or (THEORY,) if p not in by_part]
+    if missing:
+        raise ValueError(f"{NAME}: the results of part(s) {missing} are missing.")
+    theory = by_part[THEORY]
+    checks, notes, datasets, partial = list(theory.checks), list(theory.notes), dict(theory.datasets), {}
+    used = [theory]
+    if cfg.gpt2 is not None:
+        g = cfg.gpt2
+        used += [by_part[_fig1_part(N)] for N in g.Ns]
+        ds1 = datasets["fig1_gpt2"] = join_fig1([p.datasets["fig1_gpt2"] for p in used[1:]])
+        with jax.enable_x64(True):
+            lsa = fig1_lsa_limits(g)
+        status = ds1.attrs["status"]
+        checks += mark_partial(fig1_checks(ds1, lsa, g), None if status == "complete" else status)
+        notes.append(
+            f"Fig. 1: {g.n_layers}-layer transformers of width {g.d_model} ({g.n_heads} heads), AdamW lr "
+            f"{g.lr:g}, batch {g.batch}, {g.steps} steps{' with curriculum' if g.curriculum else ''}, d = {g.d}, "
+            f"N ∈ {list(g.Ns)}; {g.test_prompts} test prompts per curve (paper: d = 20, 12 layers, width 256, "
+            "500k steps)."
+            + (
+                f" Every model trained from {g.seeds} seeds, each checked apart; the figure draws seed 0's."
+                if g.seeds > 1
+                else ""
+            )
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    data = []
+    for nm, ds in datasets.items():
+        save_dataset(ds, out / NAME / f"{nm}.nc")
+        data.append(f"{NAME}/{nm}.nc")
+    figures = _figures(out, *(datasets[k] for k in ("flow", "thm42", "shifts", "random_cov")))
+    if cfg.gpt2 is not None:
+        figures.append(_fig1_figure(out, ds1, lsa))
+        if status != "complete":
+            partial[figures[-1]] = status
+    seconds = sum(p.seconds for p in used) + time.perf_counter() - t0
     return PaperResult(
-        NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial
+        NAME, TITLE, size, checks, figures, data, seconds, notes, [s for p in used for s in p.stages], partial
     )
+
+
+def run(
+    size: str = "quick",
+    out: Path = Path("jaxicl-report"),
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    transformers: bool = True,
+    config: Config | None = None,
+) -> PaperResult:
+    """Every check and figure at ``size``, or at the settings ``config``: every part (`run_parts`), then `assemble`;
+    ``transformers=False`` leaves out Fig. 1 (its GPT-2 training)."""
+    cfg = config or SIZES[size]
+    cfg = cfg if transformers else dataclasses.replace(cfg, gpt2=None)
+    return assemble(size, out, run_parts(parts_of(cfg) or (THEORY,), size, out, progress, budget, cfg), cfg)
 
 
 def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):

@@ -15,9 +15,18 @@ import xarray as xr
 
 from ... import baselines, dynamics, losses, models, tasks
 from ...dynamics import Curriculum, train
-from ...runtime.budget import TimeBudget, next_deadline, plan
+from ...runtime.budget import TimeBudget, next_deadline
 from ...theory import zhang
-from ..report import Check, checks_per_seed, fmt, paper_claim, partial_status, relative_margin, save_paper_figure
+from ..report import (
+    Check,
+    checks_per_seed,
+    fmt,
+    least_complete,
+    paper_claim,
+    partial_status,
+    relative_margin,
+    save_paper_figure,
+)
 from ..settings import SettingsError, trains_as_long
 from .config import NAME, SIZES, GPT2Config
 
@@ -57,14 +66,21 @@ def _fig1_model(g: GPT2Config, key, M_max: int):
     )
 
 
-def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
+def fig1(
+    g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None, Ns=None
+) -> xr.Dataset:
     """Train one transformer per (seed, training covariance, N), the seeds and covariances of one N as one vmapped
     ensemble (each member as it trains alone; seed 0's members are those of a one-seed run), and evaluate each on the
     test distributions at M = 0…2·max(N): normalised squared error (ŷ − y_query)²/d of the query after M examples,
     with its s.e. (over ``g.test_prompts`` prompts, each with its own Λ), and least squares and the zero estimator on
-    the same prompts. Under a ``budget`` each model trains for its share and the dataset's ``status`` attribute says
-    whether all finished ("complete") or not ("partial, step s of S")."""
-    M_max = 2 * max(g.Ns)
+    the same prompts. ``Ns``: the training lengths of ``g.Ns`` to train here (default: all); the models and test
+    prompts of each N are those of the whole run, so that `join_fig1` of the datasets of each N is the whole run's.
+    Under a ``budget`` each model trains for its share (the caller plans the runs: `jaxicl.runtime.budget.plan`) and
+    the dataset's ``status`` attribute says whether all finished ("complete") or not ("partial, step s of S")."""
+    Ns = tuple(g.Ns if Ns is None else Ns)
+    if not Ns or any(N not in g.Ns for N in Ns):
+        raise ValueError(f"Fig. 1 trains the training lengths of gpt2.Ns = {list(g.Ns)}, got {list(Ns)}.")
+    M_max = 2 * max(g.Ns)  # every N's: the datasets of the Ns trained apart join along N
     tests = fig1_test_priors(g)
     base = tasks.RepresentationRegression(g.d, M_max + 1)
     samples = {
@@ -73,7 +89,7 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
         )
         for i, (name, prior) in enumerate(tests.items())
     }
-    shape = (g.seeds, len(FIG1_TRAIN), len(g.Ns), len(tests), M_max + 1)
+    shape = (g.seeds, len(FIG1_TRAIN), len(Ns), len(tests), M_max + 1)
     err, err_se = np.full(shape, np.nan), np.full(shape, np.nan)
     ols, zero = _reference_errors(g, samples)
 
@@ -84,9 +100,8 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
 
     encode = jax.jit(jax.vmap(tasks.garg_encoding))
     speed, runs = {}, []
-    plan(budget, len(g.Ns))
-    for ni, N in enumerate(g.Ns):  # the two training covariances of one N: one ensemble, one program
-        res, members = _train_ensemble(g, N, ni, key, M_max, ckpt_dir, progress, budget)
+    for ni, N in enumerate(Ns):  # the two training covariances of one N: one ensemble, one program
+        res, members = _train_ensemble(g, N, g.Ns.index(N), key, M_max, ckpt_dir, progress, budget)
         runs.append(res)
         speed[f"N{N}"] = res.steps_per_second  # ensemble steps (every covariance) per second
         for i, (s, ci) in enumerate(members):
@@ -100,7 +115,7 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
         coords={
             "seed": np.arange(g.seeds),
             "train_covariance": list(FIG1_TRAIN),
-            "N": list(g.Ns),
+            "N": list(Ns),
             "test": list(tests),
             "M": np.arange(M_max + 1),
         },
@@ -112,6 +127,22 @@ def fig1(g: GPT2Config, key, ckpt_dir: Path, progress: bool = False, budget: Tim
             **{f"steps_per_second_{k}": v for k, v in speed.items()},
         },
     )
+
+
+def join_fig1(datasets: list[xr.Dataset]) -> xr.Dataset:
+    """Fig. 1's dataset from those of its training lengths trained apart (`fig1` of some of the Ns each: the parts of
+    a ``--jobs`` run), in the order given: the errors joined along N, the reference errors (the same test prompts in
+    each) once, the least complete ``status``, every N's steps trained and speed."""
+    if len(datasets) == 1:
+        return datasets[0]
+    ds = xr.concat(
+        datasets, "N", data_vars="minimal", coords="minimal", compat="override", combine_attrs="drop_conflicts"
+    )
+    ds.attrs["status"] = least_complete([d.attrs["status"] for d in datasets])
+    ds.attrs["steps_trained"] = [s for d in datasets for s in d.attrs["steps_trained"]]
+    for d in datasets:
+        ds.attrs.update({k: v for k, v in d.attrs.items() if k.startswith("steps_per_second_")})
+    return ds
 
 
 def _reference_errors(g: GPT2Config, samples: dict) -> tuple[np.ndarray, np.ndarray]:
