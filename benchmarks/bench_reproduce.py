@@ -202,7 +202,7 @@ def main():
     settings = {
         k: v
         for k, v in os.environ.items()
-        if k in ("JAXICL_UNROLL", "JAXICL_REMAT", "JAXICL_TRAINING_AUTOTUNE_LEVEL", "XLA_FLAGS")
+        if k in ("JAXICL_UNROLL", "JAXICL_REMAT", "JAXICL_TRAINING_AUTOTUNE_LEVEL", "JAXICL_BATCH_MEMBERS", "XLA_FLAGS")
     }
     print(
         f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}"

@@ -39,6 +39,7 @@ size, compute dtype and ensemble size.
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import tempfile
 import time
@@ -56,6 +57,8 @@ from jaxicl.experiments import algoformer as A
 from jaxicl.experiments import yang2024 as Yx
 from jaxicl.experiments import zhang2023 as Z
 from jaxicl.runtime import compilation_cache, xla_options
+
+train_module = importlib.import_module("jaxicl.dynamics.train")  # the module (jaxicl.dynamics.train is the function)
 
 
 def step_flops(batch, tokens, d_model, d_ff, block_applications):
@@ -148,6 +151,13 @@ def main():
         help="the layer and loop scans: auto unrolls them on accelerators only (default: $JAXICL_UNROLL, else auto)",
     )
     ap.add_argument(
+        "--batch-members",
+        choices=["auto", "on", "off"],
+        default=None,
+        help="--ensemble K: on batches the members into one step (vmap), off runs them one after another in the "
+        "chunk (lax.map); auto batches on accelerators only (default: $JAXICL_BATCH_MEMBERS, else auto)",
+    )
+    ap.add_argument(
         "--autotune-level",
         type=int,
         default=None,
@@ -177,6 +187,8 @@ def main():
     models.transformer.ATTENTION_IMPLEMENTATION = args.attention
     if args.unroll is not None:
         models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
+    if args.batch_members is not None:
+        train_module.BATCH_MEMBERS = {"auto": None, "on": True, "off": False}[args.batch_members]
     if args.autotune_level is not None:
         xla_options.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
     with tempfile.TemporaryDirectory() as cache:  # step_seconds reads back the program compiled_step compiled cold
@@ -187,7 +199,8 @@ def main():
 def run_configs(args, compute):
     print(
         f"backend {jax.default_backend()}, devices {jax.devices()}, compute {args.dtype}, unroll "
-        f"{models.transformer._unroll()}, remat {models.transformer._remat()}, "
+        f"{models.transformer._unroll()}, remat {models.transformer._remat()}, members batched "
+        f"{train_module._batch_members()}, "
         f"training programs' compiler options {xla_options.TRAINING_COMPILER_OPTIONS}"
     )
     rows = []
@@ -208,7 +221,8 @@ def run_configs(args, compute):
                     "bench_transformer",
                     rows,
                     variant=f"{args.config} {args.dtype} {args.only or 'all'} "
-                    f"ensemble {','.join(map(str, args.ensemble))}",
+                    f"ensemble {','.join(map(str, args.ensemble))}"
+                    + (f" batch-members {args.batch_members}" if args.batch_members else ""),
                 )
 
 
@@ -235,7 +249,7 @@ def measure(args, compute, name, label, loss, model, flops, chunk, ensemble):
     )
     peak = f", {100 * flops / sec / 1e12 / args.peak_tflops:5.1f} % of peak" if args.peak_tflops else ""
     if members:
-        label = f"{label} x{members}"
+        label = f"{label} x{members}" + ("" if train_module._batch_members() else " in turn")
         print(
             f"{name:5s} {label:22s} ensemble of {members}: {members / sec:9.2f} member-steps/s in aggregate", flush=True
         )

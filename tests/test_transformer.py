@@ -644,6 +644,48 @@ def test_an_ensemble_trains_each_member_as_its_own_run_in_float32(tmp_path):
             train(_loss, stack_members(singles), 10, KEY, chunk_size=10, progress=False)  # ensemble=True forgotten
 
 
+def test_an_ensemble_batched_into_one_step_trains_as_one_run_in_turn(monkeypatch):
+    """The two ways `train(ensemble=True)` runs its members give the same runs to float32 rounding: batched into one
+    step (vmap, the accelerators' default) and one after another in the chunk (lax.map, the CPU's default, which the
+    test above checks member by member against one-model runs). Member data (each member's own task) included; the
+    CPU's default is in turn."""
+    from jaxicl.dynamics import stack_members
+
+    train_module = importlib.import_module("jaxicl.dynamics.train")
+    monkeypatch.setattr(train_module, "BATCH_MEMBERS", None)  # auto ($JAXICL_BATCH_MEMBERS unset)
+    assert train_module._batch_members() == (jax.default_backend() != "cpu")
+    tasks_ = [tasks.RepresentationRegression(2, 4), tasks.RepresentationRegression(2, 4, noise_std=1.0)]
+
+    def loss(m, k, s, which):
+        return losses.sequence_loss(m, jax.lax.switch(which, [lambda k, t=t: t.prompts(k, 8) for t in tasks_], k))
+
+    runs = {}
+    with jax.enable_x64(False):
+        keys = jax.random.split(jax.random.PRNGKey(5), 2)
+        singles = [models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10) for k in keys]
+        for batched in (True, False):
+            monkeypatch.setattr(train_module, "BATCH_MEMBERS", batched)
+            runs[batched] = train(
+                loss,
+                stack_members(singles),
+                12,
+                jax.random.split(jax.random.PRNGKey(6), 2),
+                optimizer=optax.sgd(0.05),  # not Adam, whose √v step moves round-off gradients by a full step
+                chunk_size=6,
+                progress=False,
+                ensemble=True,
+                member_data=jnp.asarray([0, 1]),
+            )
+    assert runs[True].losses.shape == runs[False].losses.shape == (12, 2)
+    np.testing.assert_allclose(runs[True].losses, runs[False].losses, rtol=2e-5, atol=1e-6)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(eqx.filter(runs[True].model, eqx.is_array)),
+        jax.tree_util.tree_leaves(eqx.filter(runs[False].model, eqx.is_array)),
+    ):
+        assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b) + 1e-6
+    assert not np.allclose(runs[False].losses[:, 0], runs[False].losses[:, 1])  # the members' tasks differ
+
+
 def test_curriculum_schedule():
     c = Curriculum(d=(5, 20, 1), n=(11, 41, 2), every=2000)
     assert [tuple(map(int, c.at(s))) for s in (0, 1999, 2000, 30_000, 500_000)] == [

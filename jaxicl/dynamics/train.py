@@ -28,6 +28,7 @@ import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
 from .. import _validate
+from ..models.transformer import _switch_from_env
 from ..runtime import placement, xla_options
 from ..runtime import planning as _planning
 from ..runtime.profiling import StageTimer
@@ -109,6 +110,20 @@ def steps_from(start: int, n: int) -> Array:
     return jax.device_put(np.arange(start, start + n, dtype=np.int32))
 
 
+# How `train(ensemble=True)` runs its members: True batches them into one step (``vmap``: a GPU runs K small models in
+# about the time of one), False runs them one after another inside the same compiled chunk (``lax.map`` over the
+# members, each running the one-model chunk), None means batched on accelerators only. On the CPU a batched step
+# costs more per member than one model's step, and members in turn about the same (one core, quick sizes: Zhang et
+# al.'s GPT-2, six members, 1.36× against 1.04×; the AlgoFormer, three members, 1.13× against 0.97×;
+# benchmarks/README.md). The members' results agree to float rounding either way. $JAXICL_BATCH_MEMBERS sets it for a
+# whole run, the `--jobs` processes included.
+BATCH_MEMBERS = _switch_from_env("JAXICL_BATCH_MEMBERS")
+
+
+def _batch_members() -> bool:
+    return jax.default_backend() != "cpu" if BATCH_MEMBERS is None else bool(BATCH_MEMBERS)
+
+
 def chunk_runner(
     loss_fn,
     static: PyTree,
@@ -121,9 +136,9 @@ def chunk_runner(
     losses)`` takes one optimizer step per entry of ``steps`` (an array of step numbers) in a ``lax.scan``,
     step s on a fresh batch from ``fold_in(key, s)``. ``params`` and ``static`` are ``eqx.partition``'s halves.
     With ``ensemble``, params, optimizer state and key have a leading member axis and the step (loss, gradient and
-    optimizer update) is ``vmap``-ped over it: member i is exactly a one-model run with key ``key[i]``, and with
-    ``member_data`` (leading member axis) its loss is ``loss_fn(model, key, step, member_data[i])``.
-    Compiled with `jaxicl.runtime.xla_options.TRAINING_COMPILER_OPTIONS`."""
+    optimizer update) is ``vmap``-ped over it, or the members run their chunks one after another (`BATCH_MEMBERS`):
+    member i is exactly a one-model run with key ``key[i]``, and with ``member_data`` (leading member axis) its loss is
+    ``loss_fn(model, key, step, member_data[i])``. Compiled with `jaxicl.runtime.xla_options.TRAINING_COMPILER_OPTIONS`."""
 
     def loss_of(p, k, s, data):
         m = eqx.combine(p, static)
@@ -136,16 +151,28 @@ def chunk_runner(
         updates, state = optimizer.update(g, state, p)
         return optax.apply_updates(p, updates), state, loss
 
+    def scan(p, state, k, steps, data, update):
+        def one(carry, s):
+            p, state, loss = update(*carry, k, s, data)
+            return (p, state), loss
+
+        return jax.lax.scan(one, (p, state), steps)
+
+    if ensemble and not _batch_members():
+
+        @functools.partial(jax.jit, compiler_options=xla_options.TRAINING_COMPILER_OPTIONS)
+        def run(p, state, k, steps):
+            carry, losses = jax.lax.map(lambda m: scan(*m[:3], steps, m[3], update), (p, state, k, member_data))
+            return carry, jnp.moveaxis(losses, 0, 1)  # (steps, members, …) as the batched step returns them
+
+        return run
+
     if ensemble:
         update = jax.vmap(update, in_axes=(0, 0, 0, None, None if member_data is None else 0))
 
     @functools.partial(jax.jit, compiler_options=xla_options.TRAINING_COMPILER_OPTIONS)
     def run(p, state, k, steps):
-        def one(carry, s):
-            p, state, loss = update(*carry, k, s, member_data)
-            return (p, state), loss
-
-        return jax.lax.scan(one, (p, state), steps)
+        return scan(p, state, k, steps, member_data, update)
 
     return run
 
