@@ -370,12 +370,13 @@ def train(
             (``time_limited``). Runs compared at equal training time, as Yang et al.'s Fig. 5, train no further. A
             resumed run counts its checkpoint's steps at the step time stored there until it has measured its own.
         label: name of the run in progress messages.
-        ensemble: train K models of one shape as one vmapped program (a GPU runs K small models in about the time of
-            one). ``model`` is their stack (`stack_members`), ``loss_fn`` the loss of *one* model and ``key``
-            K keys (``jax.random.split(key, K)``). Each member has its own data stream (``fold_in(key[i], step)``)
-            and its own optimizer state, whatever the optimizer (its update is vmapped too, so even a global-norm
-            clip stays per member): member i follows the one-model run with ``key[i]`` to float rounding. The
-            losses have a member axis; `member` takes one model out of the result.
+        ensemble: train K models of one shape as one compiled program: batched into one step on accelerators (a
+            GPU runs K small models in about the time of one), one after another in each chunk on the CPU
+            (`BATCH_MEMBERS`). ``model`` is their stack (`stack_members`), ``loss_fn`` the loss of *one* model and
+            ``key`` K keys (``jax.random.split(key, K)``). Each member has its own data stream
+            (``fold_in(key[i], step)``) and its own optimizer state, whatever the optimizer (its update is per member
+            too, so even a global-norm clip stays per member): member i follows the one-model run with ``key[i]`` to
+            float rounding. The losses have a member axis; `member` takes one model out of the result.
         member_data: with ``ensemble``, what distinguishes the members' problems (e.g. their tasks, stacked with
             ``eqx.filter_vmap``; leading member axis): member i's loss is ``loss_fn(model, key, step, member_data[i])``.
 
