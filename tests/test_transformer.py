@@ -654,13 +654,13 @@ def test_an_ensemble_batched_into_one_step_trains_as_one_run_in_turn(monkeypatch
     train_module = importlib.import_module("jaxicl.dynamics.train")
     monkeypatch.setattr(train_module, "BATCH_MEMBERS", None)  # auto ($JAXICL_BATCH_MEMBERS unset)
     assert train_module._batch_members() == (jax.default_backend() != "cpu")
-    tasks_ = [tasks.RepresentationRegression(2, 4), tasks.RepresentationRegression(2, 4, noise_std=1.0)]
 
     def loss(m, k, s, which):
         return losses.sequence_loss(m, jax.lax.switch(which, [lambda k, t=t: t.prompts(k, 8) for t in tasks_], k))
 
     runs = {}
     with jax.enable_x64(False):
+        tasks_ = [tasks.RepresentationRegression(2, 4), tasks.RepresentationRegression(2, 4, noise_std=1.0)]
         keys = jax.random.split(jax.random.PRNGKey(5), 2)
         singles = [models.StandardTransformer(k, 2, 1, n_layers=1, n_heads=2, d_model=8, max_len=10) for k in keys]
         for batched in (True, False):
