@@ -650,10 +650,13 @@ def test_an_ensemble_batched_into_one_step_trains_as_one_run_in_turn(monkeypatch
     test above checks member by member against one-model runs). Member data (each member's own task) included; the
     CPU's default is in turn."""
     from jaxicl.dynamics import stack_members
+    from jaxicl.runtime import placement
 
     train_module = importlib.import_module("jaxicl.dynamics.train")
     monkeypatch.setattr(train_module, "BATCH_MEMBERS", None)  # auto ($JAXICL_BATCH_MEMBERS unset)
-    assert train_module._batch_members() == (jax.default_backend() != "cpu")
+    assert train_module._batch_members() == (placement.platform_for("throughput") != "cpu")
+    with placement.use("cpu"):
+        assert not train_module._batch_members()
 
     def loss(m, k, s, which):
         return losses.sequence_loss(m, jax.lax.switch(which, [lambda k, t=t: t.prompts(k, 8) for t in tasks_], k))

@@ -112,16 +112,18 @@ def steps_from(start: int, n: int) -> Array:
 
 # How `train(ensemble=True)` runs its members: True batches them into one step (``vmap``: a GPU runs K small models in
 # about the time of one), False runs them one after another inside the same compiled chunk (``lax.map`` over the
-# members, each running the one-model chunk), None means batched on accelerators only. On the CPU a batched step
-# costs more per member than one model's step, and members in turn about the same (one core, quick sizes: Zhang et
-# al.'s GPT-2, six members, 1.36× against 1.04×; the AlgoFormer, three members, 1.13× against 0.97×;
+# members, each running the one-model chunk), None means batched where training runs on an accelerator. On the CPU a
+# batched step costs more per member than one model's step, and members in turn about the same (one core, quick sizes:
+# Zhang et al.'s GPT-2, six members, 1.36× against 1.04×; the AlgoFormer, three members, 1.13× against 0.97×;
 # benchmarks/README.md). The members' results agree to float rounding either way. $JAXICL_BATCH_MEMBERS sets it for a
 # whole run, the `--jobs` processes included.
 BATCH_MEMBERS = _switch_from_env("JAXICL_BATCH_MEMBERS")
 
 
 def _batch_members() -> bool:
-    return jax.default_backend() != "cpu" if BATCH_MEMBERS is None else bool(BATCH_MEMBERS)
+    """Whether an ensemble's members are batched into one step: `BATCH_MEMBERS`, else whether training runs on an
+    accelerator (`placement.platform_for`: ``--device cpu`` on a GPU machine trains on the CPU)."""
+    return placement.platform_for("throughput") != "cpu" if BATCH_MEMBERS is None else bool(BATCH_MEMBERS)
 
 
 def chunk_runner(
