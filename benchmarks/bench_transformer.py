@@ -59,6 +59,7 @@ from jaxicl.experiments import zhang2023 as Z
 from jaxicl.runtime import compilation_cache, xla_options
 
 train_module = importlib.import_module("jaxicl.dynamics.train")  # the module (jaxicl.dynamics.train is the function)
+SWITCH = {"auto": None, "on": True, "off": False}  # --unroll, --batch-members -> the library's switch
 
 
 def step_flops(batch, tokens, d_model, d_ff, block_applications):
@@ -186,9 +187,9 @@ def main():
     compute = None if args.dtype == "float32" else jnp.bfloat16
     models.transformer.ATTENTION_IMPLEMENTATION = args.attention
     if args.unroll is not None:
-        models.transformer.UNROLL = {"auto": None, "on": True, "off": False}[args.unroll]
+        models.transformer.UNROLL = SWITCH[args.unroll]
     if args.batch_members is not None:
-        train_module.BATCH_MEMBERS = {"auto": None, "on": True, "off": False}[args.batch_members]
+        train_module.BATCH_MEMBERS = SWITCH[args.batch_members]
     if args.autotune_level is not None:
         xla_options.TRAINING_COMPILER_OPTIONS = {"xla_gpu_autotune_level": args.autotune_level}
     with tempfile.TemporaryDirectory() as cache:  # step_seconds reads back the program compiled_step compiled cold

@@ -174,7 +174,7 @@ def test_compilation_switches_from_the_environment(monkeypatch):
     """$JAXICL_UNROLL / $JAXICL_REMAT (auto, on, off) and $JAXICL_TRAINING_AUTOTUNE_LEVEL (0…4) set the scans, the
     rematerialisation and the training programs' GEMM autotuning for a whole run: read at import, so that the
     `--jobs` processes get them too; anything else is refused, naming the variable."""
-    switch = models.transformer._switch_from_env
+    switch = importlib.import_module("jaxicl.runtime.xla_options").switch_from_env
     for value, expected in (
         ("", None),
         ("auto", None),

@@ -28,7 +28,6 @@ import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
 from .. import _validate
-from ..models.transformer import _switch_from_env
 from ..runtime import placement, xla_options
 from ..runtime import planning as _planning
 from ..runtime.profiling import StageTimer
@@ -117,7 +116,7 @@ def steps_from(start: int, n: int) -> Array:
 # Zhang et al.'s GPT-2, six members, 1.36× against 1.04×; the AlgoFormer, three members, 1.13× against 0.97×;
 # benchmarks/README.md). The members' results agree to float rounding either way. $JAXICL_BATCH_MEMBERS sets it for a
 # whole run, the `--jobs` processes included.
-BATCH_MEMBERS = _switch_from_env("JAXICL_BATCH_MEMBERS")
+BATCH_MEMBERS = xla_options.switch_from_env("JAXICL_BATCH_MEMBERS")
 
 
 def _batch_members() -> bool:
@@ -153,28 +152,22 @@ def chunk_runner(
         updates, state = optimizer.update(g, state, p)
         return optax.apply_updates(p, updates), state, loss
 
-    def scan(p, state, k, steps, data, update):
+    batched = ensemble and _batch_members()
+    step = jax.vmap(update, in_axes=(0, 0, 0, None, None if member_data is None else 0)) if batched else update
+
+    def scan(p, state, k, steps, data):
         def one(carry, s):
-            p, state, loss = update(*carry, k, s, data)
+            p, state, loss = step(*carry, k, s, data)
             return (p, state), loss
 
         return jax.lax.scan(one, (p, state), steps)
 
-    if ensemble and not _batch_members():
-
-        @functools.partial(jax.jit, compiler_options=xla_options.TRAINING_COMPILER_OPTIONS)
-        def run(p, state, k, steps):
-            carry, losses = jax.lax.map(lambda m: scan(*m[:3], steps, m[3], update), (p, state, k, member_data))
-            return carry, jnp.moveaxis(losses, 0, 1)  # (steps, members, …) as the batched step returns them
-
-        return run
-
-    if ensemble:
-        update = jax.vmap(update, in_axes=(0, 0, 0, None, None if member_data is None else 0))
-
     @functools.partial(jax.jit, compiler_options=xla_options.TRAINING_COMPILER_OPTIONS)
     def run(p, state, k, steps):
-        return scan(p, state, k, steps, member_data, update)
+        if not ensemble or batched:
+            return scan(p, state, k, steps, member_data)
+        carry, losses = jax.lax.map(lambda m: scan(*m[:3], steps, m[3]), (p, state, k, member_data))
+        return carry, jnp.moveaxis(losses, 0, 1)  # (steps, members, …) as the batched step returns them
 
     return run
 

@@ -19,7 +19,6 @@ returns the read-out after each of the first ``max_loops`` loops, for the loop-a
 from __future__ import annotations
 
 import math
-import os
 
 import equinox as eqx
 import jax
@@ -28,6 +27,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _validate
+from ..runtime.xla_options import switch_from_env
 
 
 def _layer_norm(h, scale, bias, eps=1e-5):
@@ -45,24 +45,11 @@ def _layer_norm(h, scale, bias, eps=1e-5):
 ATTENTION_IMPLEMENTATION = "auto"
 
 
-def _switch_from_env(name: str) -> bool | None:
-    """A process-wide switch from the environment: None (decided by the backend) when ``$name`` is unset, empty or
-    ``auto``; True for ``1``/``on``/``true``; False for ``0``/``off``/``false``."""
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("", "auto"):
-        return None
-    if value in ("1", "on", "true"):
-        return True
-    if value in ("0", "off", "false"):
-        return False
-    raise ValueError(f"${name} = {os.environ[name]!r}: use 1/on, 0/off or auto (unset: auto).")
-
-
 # Unroll the scans over layers and over loops: None means on accelerators only. On a GPU the rolled loops cost a
 # launch-bound step 1.6× (the paper-size AlgoFormer: 22.8 → 14.5 ms/step in bf16, H100); on the CPU unrolling gains
 # nothing and lengthens compilation. $JAXICL_UNROLL sets it for a whole run, the `--jobs` processes included (a quick
 # run's short trainings may not repay an unrolled program's compilation on a GPU: benchmarks/README.md).
-UNROLL = _switch_from_env("JAXICL_UNROLL")
+UNROLL = switch_from_env("JAXICL_UNROLL")
 
 
 def _unroll() -> bool:
@@ -75,7 +62,7 @@ def _unroll() -> bool:
 # copies were a fifth of a quick training step). One core, quick sizes (benchmarks/README.md): GPT-2 of Zhang et al.
 # 64 → 47 ms/step, Yang et al.'s H = 8 115 → 96 ms, the AlgoFormer 45 → 38 ms. The gradients are the same up to
 # float rounding. Untried on a GPU, where the default leaves it off. $JAXICL_REMAT sets it as $JAXICL_UNROLL does.
-REMAT = _switch_from_env("JAXICL_REMAT")
+REMAT = switch_from_env("JAXICL_REMAT")
 SAVED_ACTIVATIONS = ("qkv", "attention", "residual_mid", "mlp_in")
 
 

@@ -5,6 +5,7 @@ deadlocked (`watchdog`), the workaround that serialises concurrent LAPACK calls 
 scheduler of ``jaxicl reproduce --jobs`` processes (`jobs`) and the wall-clock budgets that train in slices
 (`budget`).
 
-The science packages (`jaxicl.tasks`, `models`, `losses`, `dynamics`, `theory`, `sweep`) use only `placement` and
-`profiling` from here; the paper reproductions (`jaxicl.experiments`) use all of it.
+The science packages (`jaxicl.tasks`, `models`, `losses`, `dynamics`, `theory`, `sweep`) use only `placement`,
+`profiling` and `xla_options` (how training programs compile) from here; the paper reproductions
+(`jaxicl.experiments`) use all of it.
 """

@@ -1,6 +1,7 @@
 """XLA's options for the command line's work: the flags ``jaxicl reproduce`` and ``jaxicl sweep`` add to $XLA_FLAGS
 (GPU GEMM autotuning off for the many small programs; LLVM's optimisation level 1 where JAX runs on the CPU alone),
-and the size of XLA:CPU's thread pool for a ``--jobs`` process."""
+the size of XLA:CPU's thread pool for a ``--jobs`` process, and the environment switches of how training programs compile
+(`switch_from_env`: ``$JAXICL_UNROLL``, ``$JAXICL_REMAT``, ``$JAXICL_BATCH_MEMBERS``)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,19 @@ def size_cpu_thread_pool(threads: int) -> None:
                 os.sched_setaffinity(int(tid), cpus)
             except OSError:  # a thread that ended meanwhile
                 pass
+
+
+def switch_from_env(name: str) -> bool | None:
+    """A process-wide switch from the environment: None (decided by the backend) when ``$name`` is unset, empty or
+    ``auto``; True for ``1``/``on``/``true``; False for ``0``/``off``/``false``."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value in ("1", "on", "true"):
+        return True
+    if value in ("0", "off", "false"):
+        return False
+    raise ValueError(f"${name} = {os.environ[name]!r}: use 1/on, 0/off or auto (unset: auto).")
 
 
 def _autotune_level_from_env(name: str = "JAXICL_TRAINING_AUTOTUNE_LEVEL", default: int = 4) -> int:
