@@ -170,6 +170,30 @@ def test_rematerialised_blocks_give_the_same_loss_and_gradient(name, monkeypatch
     assert models.transformer._remat() is (jax.default_backend() == "cpu")
 
 
+def test_the_transformers_compile_for_the_platform_they_are_placed_on(monkeypatch):
+    """Unrolled scans, rematerialised blocks and fused attention are decided by where the model is traced to run
+    (`placement.current_platform`: the innermost `on` block's platform), not by JAX's default backend, so that
+    `--device cpu` on a GPU machine compiles as a CPU-only machine does. A GPU block is simulated: only traced."""
+    placement = importlib.import_module("jaxicl.runtime.placement")
+    t = models.transformer
+    monkeypatch.setattr(t, "UNROLL", None)
+    monkeypatch.setattr(t, "REMAT", None)
+    model, loops = _models()["algoformer"]
+    p = tasks.RepresentationRegression(3, 5, noise_std=0.1).prompts(KEY, 4)
+    grad = eqx.filter_value_and_grad(lambda m: losses.sequence_loss(m, p, (loops, 2)))
+    q = jnp.zeros((5, 2, 16), jnp.bfloat16)
+    seen = {}
+    for platform in ("cpu", "gpu"):
+        monkeypatch.setattr(placement, "_active", [platform])
+        program = str(eqx.filter_make_jaxpr(grad)(model)[0])
+        seen[platform] = (t._unroll(), t._remat(), t._fused_attention_ok(q), "remat" in program)
+    assert seen == {"cpu": (False, True, False, True), "gpu": (True, False, True, False)}
+    monkeypatch.setattr(placement, "_active", [])
+    assert placement.current_platform() == jax.default_backend()
+    with placement.use("cpu"), placement.on("throughput"):
+        assert placement.current_platform() == "cpu" and t._remat() and not t._unroll()
+
+
 def test_compilation_switches_from_the_environment(monkeypatch):
     """$JAXICL_UNROLL / $JAXICL_REMAT (auto, on, off) and $JAXICL_TRAINING_AUTOTUNE_LEVEL (0…4) set the scans, the
     rematerialisation and the training programs' GEMM autotuning for a whole run: read at import, so that the

@@ -27,6 +27,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _validate
+from ..runtime import placement
 from ..runtime.xla_options import switch_from_env
 
 
@@ -45,15 +46,16 @@ def _layer_norm(h, scale, bias, eps=1e-5):
 ATTENTION_IMPLEMENTATION = "auto"
 
 
-# Unroll the scans over layers and over loops: None means on accelerators only. On a GPU the rolled loops cost a
-# launch-bound step 1.6× (the paper-size AlgoFormer: 22.8 → 14.5 ms/step in bf16, H100); on the CPU unrolling gains
-# nothing and lengthens compilation. $JAXICL_UNROLL sets it for a whole run, the `--jobs` processes included (a quick
-# run's short trainings may not repay an unrolled program's compilation on a GPU: benchmarks/README.md).
+# Unroll the scans over layers and over loops: None means where the model is traced to run on an accelerator
+# (`placement.current_platform`: `--device cpu` on a GPU machine compiles as on the CPU). On a GPU the rolled loops
+# cost a launch-bound step 1.6× (the paper-size AlgoFormer: 22.8 → 14.5 ms/step in bf16, H100); on the CPU unrolling
+# gains nothing and lengthens compilation. $JAXICL_UNROLL sets it for a whole run, the `--jobs` processes included
+# (a quick run's short trainings may not repay an unrolled program's compilation on a GPU: benchmarks/README.md).
 UNROLL = switch_from_env("JAXICL_UNROLL")
 
 
 def _unroll() -> bool:
-    return jax.default_backend() != "cpu" if UNROLL is None else bool(UNROLL)
+    return placement.current_platform() != "cpu" if UNROLL is None else bool(UNROLL)
 
 
 # Rematerialise inside each block for the backward pass: None means on the CPU only. The backward pass then keeps
@@ -67,14 +69,14 @@ SAVED_ACTIVATIONS = ("qkv", "attention", "residual_mid", "mlp_in")
 
 
 def _remat() -> bool:
-    return jax.default_backend() == "cpu" if REMAT is None else bool(REMAT)
+    return placement.current_platform() == "cpu" if REMAT is None else bool(REMAT)
 
 
 def _fused_attention_ok(q) -> bool:
     c = q.shape[-1]
     return (
         ATTENTION_IMPLEMENTATION == "auto"
-        and jax.default_backend() == "gpu"
+        and placement.current_platform() == "gpu"
         and q.dtype in (jnp.bfloat16, jnp.float16)
         and c % 8 == 0
         and c <= 128

@@ -116,6 +116,13 @@ def platform_for(kind: str) -> str:
     return (device or jax.devices()[0]).platform
 
 
+def current_platform() -> str:
+    """The platform that a computation traced here, on uncommitted arrays, runs on: the innermost `on` block's, else
+    JAX's default backend's. Code that compiles differently per platform (the transformers' scans and
+    rematerialisation) asks this, so that ``--device cpu`` on a GPU machine compiles as a CPU-only machine does."""
+    return _active[-1] if _active else jax.devices()[0].platform
+
+
 @contextlib.contextmanager
 def on(kind: str):
     """Within the block, computations on uncommitted arrays run where ``kind`` work belongs (`device_for`).
