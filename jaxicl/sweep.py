@@ -461,7 +461,7 @@ def sweep(
             bar.update(hi - lo)
     if bar is not None:
         bar.close()
-    attrs = _attrs(json.dumps(fingerprint), n_dev, chunk_size, n_chunks, budget)
+    attrs = _attrs(json.dumps(fingerprint), devices, chunk_size, n_chunks, budget)
     return _dataset(axes, names, results, output_dims, output_coords, attrs)
 
 
@@ -471,16 +471,17 @@ def _out_bytes(program) -> int:
     return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves)
 
 
-def _attrs(config: str, n_dev: int, chunk_size: int, n_chunks: int, budget: int) -> dict:
-    """The dataset's record of how it was computed: the sweep's config, versions, backend and chunking."""
+def _attrs(config: str, devices: list, chunk_size: int, n_chunks: int, budget: int) -> dict:
+    """The dataset's record of how it was computed: the sweep's config, versions, the platform of the devices it ran
+    on (``--device cpu`` on a GPU machine: ``cpu``) and chunking."""
     from . import __version__
 
     return {
         "config": config,
         "jaxicl_version": __version__,
         "jax_version": jax.__version__,
-        "backend": jax.default_backend(),
-        "device_count": n_dev,
+        "backend": devices[0].platform,
+        "device_count": len(devices),
         "process_count": jax.process_count(),
         "chunk_size": chunk_size,
         "n_chunks": n_chunks,
