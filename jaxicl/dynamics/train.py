@@ -120,9 +120,10 @@ BATCH_MEMBERS = xla_options.switch_from_env("JAXICL_BATCH_MEMBERS")
 
 
 def _batch_members() -> bool:
-    """Whether an ensemble's members are batched into one step: `BATCH_MEMBERS`, else whether training runs on an
-    accelerator (`placement.platform_for`: ``--device cpu`` on a GPU machine trains on the CPU)."""
-    return placement.platform_for("throughput") != "cpu" if BATCH_MEMBERS is None else bool(BATCH_MEMBERS)
+    """Whether an ensemble's members are batched into one step: `BATCH_MEMBERS`, else whether the chunk is traced to
+    run on an accelerator (`placement.current_platform`, as the transformers' own compile choices: ``--device cpu``
+    on a GPU machine trains on the CPU)."""
+    return placement.current_platform() != "cpu" if BATCH_MEMBERS is None else bool(BATCH_MEMBERS)
 
 
 def chunk_runner(
