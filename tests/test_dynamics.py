@@ -223,9 +223,13 @@ def test_lbfgs_with_ftol_stops_once_converged_and_holds_each_vmapped_member_wher
 
             return jax.block_until_ready(icl.dynamics.lbfgs(loss, jnp.zeros(d), 200, record=lambda x: x, **kw))
 
-        def stopped_at(records):
-            return np.flatnonzero(np.any(np.diff(np.asarray(records), axis=0) != 0, axis=1)).max() + 1
+        def held_from(records, params):
+            """The iteration from which the records repeat the final parameters, bit for bit."""
+            stop = np.flatnonzero(np.any(np.diff(np.asarray(records), axis=0) != 0, axis=1)).max() + 1
+            np.testing.assert_array_equal(records[stop:], np.broadcast_to(params, (200 - stop, d)))
+            return stop
 
+        alone = []
         for A in (well, bad):
             full, n_full = fit(A), evaluations[0]
             early, n_early = fit(A, ftol=1e-14), evaluations[0] - n_full
@@ -233,24 +237,19 @@ def test_lbfgs_with_ftol_stops_once_converged_and_holds_each_vmapped_member_wher
             # a loss decrease ≤ 1e-14 is a distance ~ √1e-14 = 1e-7 from the minimum (λ_min(A) ≥ 1)
             np.testing.assert_allclose(early.params, b, rtol=0, atol=1e-6)
             np.testing.assert_allclose(full.params, b, rtol=0, atol=1e-9)
-            stop = stopped_at(early.records)  # the records from here on are the final parameters
-            np.testing.assert_array_equal(early.records[stop:], np.broadcast_to(early.params, (200 - stop, d)))
+            stop = held_from(early.records, early.params)
             np.testing.assert_array_equal(early.losses[stop:], early.losses[-1])
             assert np.all(np.diff(np.asarray(early.losses)) <= 0)
+            alone.append((stop, early))
 
         batched = jax.vmap(lambda A: fit(A, ftol=1e-14))(jnp.stack([well, bad]))
-        for i, A in enumerate((well, bad)):
-            alone = fit(A, ftol=1e-14)
-            stop = stopped_at(batched.records[i])
-            assert stop == stopped_at(alone.records) and stop < 100
-            np.testing.assert_array_equal(
-                batched.records[i][stop:], np.broadcast_to(batched.params[i], (200 - stop, d))
-            )
+        for i, (stop, early) in enumerate(alone):
+            assert held_from(batched.records[i], batched.params[i]) == stop and stop < 100
             # rounding of 1e-16 grows with the condition number (1e4) along the iterates: 1e-12 seen, 1e-9 allowed
-            np.testing.assert_allclose(batched.records[i], alone.records, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(batched.records[i], early.records, rtol=1e-9, atol=1e-12)
             # the loss ½ δᵀAδ (δ = x − b) turns an absolute difference ε in x into a relative one 2‖A‖·|δ|·ε / loss
             # ≤ 2√(2‖A‖ / loss)·ε: 1e-7 down to loss ~ 1e-6, and absolute ‖A‖·|δ|·ε ≤ 1e-17 near b
-            np.testing.assert_allclose(batched.losses[i], alone.losses, rtol=1e-7, atol=1e-17)
+            np.testing.assert_allclose(batched.losses[i], early.losses, rtol=1e-7, atol=1e-17)
 
 
 def test_gradient_flow_refuses_a_half_precision_model_with_the_way_out():

@@ -678,8 +678,9 @@ def test_an_ensemble_batched_into_one_step_trains_as_one_run_in_turn(monkeypatch
 
     train_module = importlib.import_module("jaxicl.dynamics.train")
     monkeypatch.setattr(train_module, "BATCH_MEMBERS", None)  # auto ($JAXICL_BATCH_MEMBERS unset)
-    assert train_module._batch_members() == (placement.platform_for("throughput") != "cpu")
-    with placement.use("cpu"):
+    with placement.on("throughput"):  # where `train` asks it (train is placed on the throughput device)
+        assert train_module._batch_members() == (placement.platform_for("throughput") != "cpu")
+    with placement.use("cpu"), placement.on("throughput"):
         assert not train_module._batch_members()
 
     def loss(m, k, s, which):
