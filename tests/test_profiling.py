@@ -103,6 +103,41 @@ def test_the_persistent_cache_is_reused_and_a_changed_model_recompiles(tmp_path)
     assert changed["hits"] < warm["hits"] and reshaped["hits"] < warm["hits"]
 
 
+_FLOW = """
+import json, sys, jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+import jaxicl as icl
+from jaxicl.runtime import compilation_cache
+from jaxicl.runtime.profiling import StageTimer
+compilation_cache.enable(sys.argv[1], min_compile_seconds=0.0)
+task = icl.tasks.LinearRegression(2, 6, icl.tasks.FixedCovariance(jnp.diag(jnp.array([0.6, 1.7]))))
+m0 = icl.models.LinearSelfAttention.balanced_init(2, 0.3, jax.random.PRNGKey(3))
+timer = StageTimer()
+sol = icl.gradient_flow(lambda m: icl.population_loss(m, task), m0, 50.0, n_save=10, steady_state_tol=1e-9)
+stage = timer.lap("flow")
+print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "loss": float(sol.losses[-1])}))
+"""
+
+
+def test_a_gradient_flow_is_read_back_from_the_persistent_cache(tmp_path):
+    """A flow's program holds no host callback (tests/test_dynamics.py), so a second process reads every program of
+    the same flow from the persistent cache, the solve's included, and gets the same numbers."""
+    run = lambda: json.loads(  # noqa: E731
+        subprocess.run(
+            [sys.executable, "-c", _FLOW, str(tmp_path / "xla")],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    cold, warm = run(), run()
+    assert cold["programs"] >= 1 and cold["hits"] == 0
+    assert warm["hits"] == warm["programs"] == cold["programs"] and warm["loss"] == cold["loss"]
+
+
 def test_cli_cache_options(tmp_path, capsys, monkeypatch):
     args = cli.build_parser().parse_args(["reproduce", "zhang2023", "--no-cache"])
     assert args.no_cache and args.cache_dir is None

@@ -6,6 +6,10 @@ whole solve is differentiable (e.g. $dL(\theta(t_1))/d\sigma$ or $dL(\theta(t_1)
 ``"backsolve"``: the continuous adjoint ODE solved backwards, O(1) memory). The time at which the loss
 first reaches a level (``stop_at_loss``) is found by a root finder and is differentiable too; a boolean
 stop (``stop_when``, ``steady_state_tol``) is not, and differentiating through one is an error.
+
+The flow runs as one adaptive solve per interval between save times, in a ``lax.scan``: each saved state is the end
+of a solve, to the solver's tolerance, and the program holds no host callback, so JAX's persistent compilation cache
+keeps it (diffrax's ``SaveAt(ts=...)`` checks its times with host callbacks, which the cache refuses).
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ class FlowSolution(eqx.Module):
         final: parameters at the end of the solve (``t1`` or the steady-state event).
         t_final: time at which the solve stopped.
         num_steps: accepted solver steps; ``num_grad_evals``: vector-field evaluations (steps × fresh
-            Runge–Kutta stages; a lower bound for implicit solvers, whose Newton iterations add more).
+            Runge–Kutta stages, and each solve's start: its first-step estimate and an FSAL solver's first stage;
+            a lower bound for implicit solvers, whose Newton iterations add more).
         stopped_by_event: True when ``steady_state_tol`` or ``stop_when`` ended the solve.
         diverged: True when the flow diverged (non-finite or exploding loss, parameters or gradient).
         solver_failed: True when the solver stopped before t1 for another reason (``result`` says which).
@@ -111,15 +116,18 @@ def gradient_flow(
         params: initial parameters (any pytree, e.g. an ``eqx.Module``); only inexact-array leaves
             are integrated, everything else is held fixed.
         t1: final time (a Python float: it fixes the solver's horizon).
-        ts: the times to save, increasing in [0, t1] (default: 0 and ``n_save − 1`` log-spaced times up to t1).
+        ts: the times to save, increasing in [0, t1] (default: 0 and ``n_save − 1`` log-spaced times up to t1); each
+            ends a solve. Traced save times (to differentiate the state at a time) are checked inside the program.
         n_save: the number of saved times when ``ts`` is not given.
         solver: ``"tsit5"`` (explicit, default), ``"dopri5"``, ``"dopri8"``, ``"kvaerno5"``
             (implicit, for stiff flows) or any diffrax solver.
         rtol, atol: tolerances of the PID step-size controller.
+        dt0: the first step of each solve (default: diffrax's estimate).
+        max_steps: the most solver steps between two save times.
         steady_state_tol: stop early when ‖∇L‖ falls below this value (a diffrax ``Event``).
         stop_when: stop early when ``stop_when(params)`` is True (e.g. a distance to a target).
         divergence_threshold: stop and raise when ‖θ‖ exceeds it or the state becomes non-finite.
-        progress: show a tqdm progress meter over [0, t1].
+        progress: show a tqdm progress bar over [0, t1], advanced at each save time.
         rates: dθ/dt = −rates ⊙ ∇L: a pytree with the structure of ``params`` holding one rate per
             leaf (e.g. ``model.step_sizes(1, η_w/η_Q)``: the time scaling of GD with two step sizes,
             Yang et al. eq. 10, with t = η_Q · iterations). Default 1.
@@ -134,8 +142,8 @@ def gradient_flow(
         check: raise if the flow diverges or the solver fails (default). Under ``jit`` that is an ``eqx.error_if``,
             whose message cannot say when or where: a jitted or vmapped caller passes ``False`` and calls
             `check_flow` on the result, which raises on the host naming the time, the quantity and the flow of a
-            batch. (The program holds diffrax's own runtime checks of the save times, host callbacks, so JAX's
-            persistent compilation cache does not keep it: a flow compiles afresh in each process.)
+            batch. (Traced save times, ``dt0`` and ``progress`` each put a host callback in the program, which
+            JAX's persistent compilation cache then does not keep.)
 
     Returns:
         `FlowSolution`: the saved times ``ts``, the parameters at each (``models``: every leaf stacked on a leading
@@ -171,7 +179,8 @@ def gradient_flow(
     rate = per_leaf(1.0 if rates is None else rates, params)
     if ts is None:
         ts = log_time_grid(t1, n_save)
-    if not isinstance(ts, jax.core.Tracer):  # diffrax checks them again inside the program (a traced ts too)
+    traced_ts = isinstance(ts, jax.core.Tracer)
+    if not traced_ts:  # a traced ts is checked inside the program
         _check_save_times(np.asarray(ts), float(t1))
     dtype = _integrable_dtype(dynamic)
     ts = jnp.asarray(ts).astype(dtype)
@@ -181,35 +190,23 @@ def gradient_flow(
     # computed from its solution are one compiled program, `solve`, whose arrays are its arguments, not constants:
     # computed op by op, the losses, norms and flags of a solution would be many small XLA programs per flow.
     field_args = (eqx.filter_closure_convert(loss_of, dynamic), rate)
+    event = (
+        None
+        if backsolve
+        else _stop_event(divergence_threshold, steady_state_tol, stop_when, static, stop_at_loss, dtype)
+    )
 
     def solve(dynamic, ts, field_args, dt0):
-        def vector_field(t, y, args):
-            loss_cc, r = args
-            return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
-
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(vector_field),
-            solver,
-            t0=0.0,
-            t1=float(t1),
-            dt0=dt0,
-            y0=dynamic,
-            args=field_args,
-            saveat=_save_at(ts, backsolve),
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-            event=None
-            if backsolve
-            else _stop_event(divergence_threshold, steady_state_tol, stop_when, static, stop_at_loss, dtype),
-            max_steps=max_steps,
-            progress_meter=diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter(),
-            adjoint=adjoint,
-            throw=False,
+        if traced_ts:  # (a host callback: such a program is not kept by the persistent compilation cache)
+            ts = eqx.error_if(ts, jnp.any(ts[1:] < ts[:-1]) | (ts[0] < 0) | (ts[-1] > t1), _BAD_TS)
+        segment = _segment_solver(solver, adjoint, rtol, atol, dt0, max_steps, event, field_args)
+        saved, final, t_final, result, steps = _integrate_between_saves(
+            segment, dynamic, ts, float(t1), progress, backsolve
         )
-        saved, final, t_final = _saved_and_final(sol, ts, backsolve)
         if steady_state_tol is not None or stop_when is not None:
             what = "steady_state_tol" if stop_when is None else "stop_when"
             saved, final, t_final = _after_boolean_stop((saved, final, t_final), what)
-        return _flow_solution(sol, ts, saved, final, t_final, field_args[0], static, divergence_threshold, solver)
+        return _flow_solution(ts, saved, final, t_final, result, steps, field_args[0], static, divergence_threshold)
 
     out = eqx.filter_jit(solve)(dynamic, ts, field_args, dt0)
     return check_flow(out) if check else out
@@ -286,24 +283,96 @@ def _stop_event(divergence_threshold, steady_state_tol, stop_when, static, stop_
     )
 
 
-def _saved_and_final(sol: diffrax.Solution, ts, backsolve: bool):
-    """(the states at ``ts``, the final state, its time) of a solve; save times after an early stop hold the final
-    state (diffrax fills them with inf)."""
-    if backsolve:
-        saved = jax.tree_util.tree_map(lambda leaf: leaf[:-1], sol.ys)
-        final = jax.tree_util.tree_map(lambda leaf: leaf[-1], sol.ys)
-        t_final = sol.ts[-1]
-    else:
-        saved, final = sol.ys[0], jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys[1])
-        t_final = sol.ts[1][0]
-    reached = ts <= t_final
-    saved = jax.tree_util.tree_map(
-        lambda s, f: jnp.where(reached.reshape((-1,) + (1,) * f.ndim), s, f[None]), saved, final
-    )
-    return saved, final, t_final
+_BAD_TS = "ts must be an increasing grid inside [0, t1]"
 
 
-def _flow_solution(sol, ts, saved, final, t_final, loss_cc, static, divergence_threshold, solver) -> "FlowSolution":
+def _segment_solver(solver, adjoint, rtol, atol, dt0, max_steps, event, field_args):
+    """``segment(y, t_start, t_end) -> (y(t_end) or the state where an event stopped it, that time, diffrax's result,
+    accepted steps, gradient evaluations)``: one adaptive diffrax solve of the flow, saving its end only. Its first
+    step is ``dt0``, else diffrax's estimate (a given ``dt0`` brings diffrax's runtime check of its sign, a host
+    callback: the program is then not kept by the persistent compilation cache)."""
+
+    def vector_field(t, y, args):
+        loss_cc, r = args
+        return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
+
+    tableau = getattr(solver, "tableau", None)
+    start_evals = (2 if dt0 is None else 0) + (1 if tableau is not None and tableau.fsal else 0)
+
+    def segment(y, t_start, t_end):
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            solver,
+            t0=t_start,
+            t1=t_end,
+            dt0=dt0,
+            y0=y,
+            args=field_args,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            event=event,
+            max_steps=max_steps,
+            adjoint=adjoint,
+            throw=False,
+        )
+        end = jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys)
+        accepted = sol.stats["num_accepted_steps"]
+        evals = sol.stats["num_steps"] * _stages(solver) + jnp.where(t_end > t_start, start_evals, 0)
+        return end, sol.ts[0], sol.result, jnp.asarray(accepted, jnp.int32), jnp.asarray(evals, jnp.int32)
+
+    return segment
+
+
+def _integrate_between_saves(segment, y0, ts, t1: float, progress: bool, backsolve: bool):
+    """The flow from 0 through every save time to ``t1``, one `segment` solve per interval in a ``lax.scan``: (the
+    states at ``ts``, the final state, its time, diffrax's result, (accepted steps, gradient evaluations)). A solve
+    that stops (an event, a failure) ends the flow: the later save times hold its final state.
+
+    Diffrax's own ``SaveAt(ts=...)`` would interpolate the states at ``ts`` inside one solve, but it checks the
+    times with host callbacks, which keep JAX's persistent compilation cache from storing the program; here every
+    save time is the end of a solve, computed (not interpolated) to the solver's tolerance. (With ``backsolve`` the
+    time one solve reached enters the next as a constant: that adjoint takes no derivative in its times, and without
+    events the time reached is the save time itself.)"""
+    ends = jnp.concatenate([ts, jnp.asarray([t1], ts.dtype)])
+    bar = _progress_bar(t1) if progress else None
+    zero = jnp.zeros((), jnp.int32)
+
+    def step(carry, t_end):
+        y, t, stopped, result, accepted, evals = carry
+        start = jax.lax.stop_gradient(t) if backsolve else t
+        # once stopped, the solves are empty: one from a non-finite state would shrink its steps up to max_steps, for
+        # every member of a vmapped batch
+        y1, t_stop, res, n_acc, n_evals = segment(y, start, jnp.where(stopped, start, jnp.maximum(t_end, start)))
+        y1 = jax.tree_util.tree_map(lambda new, old: jnp.where(stopped, old, new), y1, y)
+        t_stop = jnp.where(stopped, t, t_stop)
+        res = diffrax.RESULTS.where(stopped, result, res)
+        if bar is not None:
+            jax.debug.callback(bar, t_stop)
+        carry = (y1, t_stop, stopped | (res != diffrax.RESULTS.successful), res, accepted + n_acc, evals + n_evals)
+        return carry, y1
+
+    init = (y0, jnp.zeros((), ts.dtype), jnp.asarray(False), diffrax.RESULTS.successful, zero, zero)
+    (final, t_final, _, result, accepted, evals), states = jax.lax.scan(step, init, ends)
+    saved = jax.tree_util.tree_map(lambda leaf: leaf[:-1], states)
+    return saved, final, t_final, result, (accepted, evals)
+
+
+def _progress_bar(t1: float):
+    """A tqdm bar over [0, t1], advanced from inside the program to the time each solve reached."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=float(t1), desc="gradient flow", unit=" time", bar_format="{l_bar}{bar}| t = {n:.4g}/{total:.4g}")
+
+    def advance(t):
+        t = float(np.max(np.asarray(t)))
+        bar.update(max(t - bar.n, 0.0))
+        if t >= bar.total:
+            bar.close()
+
+    return advance
+
+
+def _flow_solution(ts, saved, final, t_final, result, steps, loss_cc, static, divergence_threshold) -> "FlowSolution":
     """The `FlowSolution` of a solve: losses and gradient norms at the saved states, and the flags that tell a
     divergence (non-finite or exploding state, or a blow-up that stalls the solver) from a solver failure."""
     grad_cc = jax.grad(loss_cc)
@@ -312,11 +381,12 @@ def _flow_solution(sol, ts, saved, final, t_final, loss_cc, static, divergence_t
     final_norm = _tree_norm(final)
     final_loss = loss_cc(final)
     bad_state = ~jnp.isfinite(final_norm) | (final_norm > divergence_threshold) | ~jnp.isfinite(final_loss)
-    event_hit = sol.result == diffrax.RESULTS.event_occurred
-    failed = (sol.result != diffrax.RESULTS.successful) & ~event_hit
+    event_hit = result == diffrax.RESULTS.event_occurred
+    failed = (result != diffrax.RESULTS.successful) & ~event_hit
     # a solver that stalls while the gradient explodes is a finite-time blow-up, not stiffness
     blow_up = failed & (grad_norms[-1] > 1e3 * (grad_norms[0] + 1.0))
     bad_state = bad_state | blow_up
+    accepted, evals = steps
     return FlowSolution(
         ts=ts,
         models=eqx.combine(saved, static),
@@ -324,25 +394,18 @@ def _flow_solution(sol, ts, saved, final, t_final, loss_cc, static, divergence_t
         grad_norms=grad_norms,
         final=eqx.combine(final, static),
         t_final=t_final,
-        num_steps=sol.stats["num_accepted_steps"],
-        num_grad_evals=sol.stats["num_steps"] * _stages(solver),
+        num_steps=accepted,
+        num_grad_evals=evals,
         stopped_by_event=event_hit & ~bad_state,
         diverged=bad_state,
         solver_failed=failed & ~bad_state,
-        result=sol.result,
+        result=result,
     )
 
 
 def _check_save_times(ts: np.ndarray, t1: float) -> None:
     if ts.ndim != 1 or ts.size == 0 or np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > t1:
         raise ValueError(f"ts must be a non-empty increasing 1-D grid inside [0, t1 = {t1}], got {ts}.")
-
-
-def _save_at(ts, backsolve: bool) -> diffrax.SaveAt:
-    """The requested times, and the end (t1 or the event); BacksolveAdjoint takes one SubSaveAt (and no event)."""
-    if backsolve:
-        return diffrax.SaveAt(ts=ts, t1=True)
-    return diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
 
 
 def _after_boolean_stop(tree, what: str):
@@ -390,8 +453,8 @@ def _first_nonfinite_save(sol: FlowSolution):
 def check_flow(sol: FlowSolution) -> FlowSolution:
     """``sol`` unchanged if its flow (every flow, for a batch) neither diverged nor failed; else raise
     ``FloatingPointError`` (divergence) or ``RuntimeError`` (solver failure) naming the time and the quantity.
-    On traced values (under ``jit``) an ``eqx.error_if`` runtime error instead."""
-    if isinstance(sol.diverged, jax.core.Tracer):
+    On traced values (under ``jit``, ``vmap`` or ``grad``) an ``eqx.error_if`` runtime error instead."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(sol)):  # under jit, vmap or grad
         sol = eqx.error_if(
             sol,
             sol.diverged,
