@@ -75,9 +75,10 @@ print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "sum": f
 """
 
 
-def _run(cache, scale, n):
+def _run(program, *args):
+    """The JSON that ``program`` prints last, run in a fresh process with ``args``."""
     res = subprocess.run(
-        [sys.executable, "-c", _PROGRAM, str(cache), str(scale), str(n)],
+        [sys.executable, "-c", program, *map(str, args)],
         capture_output=True,
         text=True,
         check=True,
@@ -88,16 +89,16 @@ def _run(cache, scale, n):
 
 def test_the_persistent_cache_is_reused_and_a_changed_model_recompiles(tmp_path):
     cache = tmp_path / "xla"
-    cold = _run(cache, 0.5, 8)
+    cold = _run(_PROGRAM, cache, 0.5, 8)
     assert cold["programs"] >= 1 and cold["hits"] == 0 and any(cache.iterdir())
-    warm = _run(cache, 0.5, 8)
+    warm = _run(_PROGRAM, cache, 0.5, 8)
     assert warm["hits"] >= 1 and warm["sum"] == cold["sum"]  # read back, same numbers
-    changed = _run(cache, 0.7, 8)  # another constant: another program, compiled afresh
+    changed = _run(_PROGRAM, cache, 0.7, 8)  # another constant: another program, compiled afresh
     reference = float(
         (jnp.tanh(0.7 * (jnp.arange(64.0) / 100).reshape(8, 8)) @ (jnp.arange(64.0) / 100).reshape(8, 8).T).sum()
     )
     assert changed["sum"] == pytest.approx(reference, rel=1e-5)
-    reshaped = _run(cache, 0.5, 9)  # another shape
+    reshaped = _run(_PROGRAM, cache, 0.5, 9)  # another shape
     assert reshaped["sum"] != cold["sum"]
     # the main program (the matrix product) missed the cache in both: at most the shared one-op programs hit
     assert changed["hits"] < warm["hits"] and reshaped["hits"] < warm["hits"]
@@ -122,18 +123,7 @@ print(json.dumps({"programs": stage.programs, "hits": stage.cache_hits, "loss": 
 def test_a_gradient_flow_is_read_back_from_the_persistent_cache(tmp_path):
     """A flow's program holds no host callback (tests/test_dynamics.py), so a second process reads every program of
     the same flow from the persistent cache, the solve's included, and gets the same numbers."""
-    run = lambda: json.loads(  # noqa: E731
-        subprocess.run(
-            [sys.executable, "-c", _FLOW, str(tmp_path / "xla")],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    cold, warm = run(), run()
+    cold, warm = _run(_FLOW, tmp_path / "xla"), _run(_FLOW, tmp_path / "xla")
     assert cold["programs"] >= 1 and cold["hits"] == 0
     assert warm["hits"] == warm["programs"] == cold["programs"] and warm["loss"] == cold["loss"]
 

@@ -296,8 +296,7 @@ def _segment_solver(solver, adjoint, rtol, atol, dt0, max_steps, event, field_ar
         loss_cc, r = args
         return jax.tree_util.tree_map(lambda ri, g: -ri * g, r, jax.grad(loss_cc)(y))
 
-    tableau = getattr(solver, "tableau", None)
-    start_evals = (2 if dt0 is None else 0) + (1 if tableau is not None and tableau.fsal else 0)
+    per_step, per_start = _evaluations(solver, dt0)
 
     def segment(y, t_start, t_end):
         sol = diffrax.diffeqsolve(
@@ -317,7 +316,7 @@ def _segment_solver(solver, adjoint, rtol, atol, dt0, max_steps, event, field_ar
         )
         end = jax.tree_util.tree_map(lambda leaf: leaf[0], sol.ys)
         accepted = sol.stats["num_accepted_steps"]
-        evals = sol.stats["num_steps"] * _stages(solver) + jnp.where(t_end > t_start, start_evals, 0)
+        evals = sol.stats["num_steps"] * per_step + jnp.where(t_end > t_start, per_start, 0)
         return end, sol.ts[0], sol.result, jnp.asarray(accepted, jnp.int32), jnp.asarray(evals, jnp.int32)
 
     return segment
@@ -428,12 +427,14 @@ def _after_boolean_stop(tree, what: str):
     return jax.tree_util.tree_map(lambda x: identity(x) if eqx.is_inexact_array(x) else x, tree)
 
 
-def _stages(solver) -> int:
+def _evaluations(solver, dt0) -> tuple[int, int]:
+    """Vector-field evaluations (per step, at the start of a solve) of a Runge–Kutta solver: a step evaluates its
+    fresh stages (an FSAL solver's first stage is the previous step's last); a solve starts with diffrax's first-step
+    estimate (two evaluations) unless ``dt0`` is given, and an FSAL solver's first stage."""
     tableau = getattr(solver, "tableau", None)
-    if tableau is None:
-        return 1
-    # FSAL Runge-Kutta: the first stage reuses the previous step's last evaluation.
-    return tableau.num_stages - (1 if tableau.fsal else 0)
+    fsal = tableau is not None and tableau.fsal
+    per_step = 1 if tableau is None else tableau.num_stages - fsal
+    return per_step, (2 if dt0 is None else 0) + fsal
 
 
 def _first_nonfinite_save(sol: FlowSolution):
