@@ -12,7 +12,8 @@
 # variant names the JAXICL_* settings exported), with each run's stage table (device, wall, compile, run and XLA
 # programs per stage). Each step stops at its own timeout; the reports and logs are kept under $DIR/reproduce.
 # Usage, from the repository root:
-#   benchmarks/device_check.sh [JOBS]          # JOBS: --jobs of steps 1, 2 and 4 (default 5)
+#   benchmarks/device_check.sh [JOBS]          # JOBS: --jobs of steps 1, 2 and 4 (default: half the host's cores;
+#                                              # five processes on 16 cores could not go below 158 s: README)
 # Environment: OUT (scratch, default a new temporary directory), DEVICE_CHECK_TIMEOUTS="cold warm alone trained"
 # (seconds; default "230 100 0 0": cold 0 skips steps 1-2, alone 0 step 3, trained 0 step 4), DEVICE_CHECK_PAPERS
 # (default: every paper), JAXICL_BENCH_RESULTS (where the results go: default $OUT/results, packed with the reports
@@ -20,7 +21,7 @@
 # compile). Not installed: the device image has jax (CUDA), equinox, diffrax, optax, xarray, h5py and matplotlib;
 # wheels in .whl/ (h5netcdf) are installed to /tmp/site and the source tree is put on PYTHONPATH.
 set -uo pipefail
-JOBS=${1:-5}
+JOBS=${1:-$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))}
 read -r T_COLD T_WARM T_ALONE T_TRAINED <<< "${DEVICE_CHECK_TIMEOUTS:-230 100 0 0}"
 T_TRAINED=${T_TRAINED:-0}
 source benchmarks/device_env.sh  # DIR, the .whl/ wheels, PYTHONPATH
