@@ -233,15 +233,15 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    names = ["ahn2023", "gatmiry2024", "yang2024"]
+    names = ["gatmiry2024", "ahn2023"]  # the papers that run whole (the others in parts: below)
     results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
-    assert started == ["yang2024", "ahn2023", "gatmiry2024"]
+    assert started == ["ahn2023", "gatmiry2024"]
     assert [r.name for r in results] == names
-    # the parts of the AlgoFormer and of Zhang et al. are jobs of their own
+    # the parts of the AlgoFormer, of Yang et al. and of Zhang et al. are jobs of their own
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
-        "yang2024",
         "ahn2023",
+        "yang2024/transformers",
         "zhang2023/fig1_N20",
         "algoformer/fig5",
         "algoformer/regression",
@@ -250,6 +250,7 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         "gatmiry2024",
         "algoformer/ar",
         "zhang2023/fig1_N10",
+        "yang2024/theory",
     ]
 
 
@@ -260,7 +261,7 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     import jaxicl.experiments as E
 
     reference = jobs_module.reference_seconds()
-    assert reference["yang2024"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
+    assert reference["ahn2023"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
     shipped = __import__("json").loads(jobs_module.REFERENCE.read_text())
     assert all({"machine", "date", "commit", "measured", "seconds"} <= set(run) for run in shipped.values())
     monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
@@ -319,7 +320,7 @@ def test_jobs_of_each_size_start_in_the_order_of_that_sizes_reference_run(tmp_pa
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({pickle.dumps([res])!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    for name in ("algoformer", "zhang2023"):
+    for name in ("algoformer", "zhang2023", "yang2024"):
         monkeypatch.setattr(E._modules([name])[name], "assemble", lambda size, out, parts, name=name: _fake_paper(name))
     E._run_in_processes(["zhang2023", "yang2024", "algoformer"], "trained", tmp_path / "out", False, None, True, jobs=1)
     assert started == [j for j in order if j.split("/")[0] in ("zhang2023", "yang2024", "algoformer")]
@@ -415,7 +416,8 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     assert "gatmiry2024: its process" not in captured.out
     assert "Fatal Python error: Aborted" in captured.err  # faulthandler's dump of the stopped process
     with pytest.raises(RuntimeError, match="the yang2024 reproduction's process stopped using CPU time twice"):
-        E._run_in_processes(["yang2024"], "quick", tmp_path / "hang", False, None, True, jobs=1)
+        # (without its transformers the paper runs whole: one process)
+        E._run_in_processes(["yang2024"], "quick", tmp_path / "hang", False, None, False, jobs=1)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")

@@ -32,6 +32,7 @@ from ...theory import yang as Y
 from ..report import (
     Check,
     PaperResult,
+    PartResult,
     fmt,
     lap_timer,
     mark_partial,
@@ -746,58 +747,92 @@ def transformers_stage(cfg: Config) -> tuple[list[Check], xr.Dataset]:
 SWEEPABLE = {"transformers": transformers_stage}
 
 
-def run(
+THEORY, TRANSFORMERS = "theory", "transformers"  # the parts of `parts_of`
+
+
+def parts_of(cfg: Config) -> tuple[str, ...]:
+    """The parts of the work at ``cfg`` that ``jaxicl reproduce --jobs`` runs in processes of their own (`run_parts`,
+    then `assemble`): the attention model's theory and figures (Prop. 1, Thms 1–2, Figs. 2(a), 3 and 4), and the
+    transformers of Figs. 2(b) and 5, neither waiting for the other (on a GPU the transformers' compilation alone
+    is as long as the rest: benchmarks/README.md); none without the transformers (the paper then runs whole)."""
+    return () if cfg.transformer is None else (THEORY, TRANSFORMERS)
+
+
+def run_parts(
+    parts,
     size: str = "quick",
     out: Path = Path("jaxicl-report"),
     progress: bool = False,
     budget: TimeBudget | None = None,
-    transformers: bool = True,
     config: Config | None = None,
-) -> PaperResult:
-    """Every check and figure at ``size``, or at the settings ``config``; ``transformers=False`` leaves out Figs.
-    2(b) and 5 (transformer
-    training)."""
+) -> list[PartResult]:
+    """Compute ``parts`` (of `parts_of` the settings) in turn: the theory part's checks and datasets, and the
+    transformers' losses (`train_transformers`, checkpointed under ``out/yang2024/checkpoints/<size>``, sharing
+    ``budget``); `assemble` makes the paper of them. Each part draws its keys from the seed alone
+    (``fold_in(PRNGKey(seed), i)``), so a part computes the same numbers in any process."""
     cfg = config or SIZES[size]
-    cfg = cfg if transformers else dataclasses.replace(cfg, transformer=None)
-    out = Path(out)
-    t_start = time.perf_counter()
+    known = parts_of(cfg) or (THEORY,)
+    unknown = [p for p in parts if p not in known]
+    if unknown:
+        raise ValueError(f"unknown part(s) {unknown} of {NAME} at these settings; one of {list(known)}.")
     key = jax.random.PRNGKey(cfg.seed)
-    checks, data, notes, partial = [], [], [], {}
-    lap = lap_timer(progress)
+    results = []
+    for part in parts:
+        t0, lap = time.perf_counter(), lap_timer(progress)
+        if part == THEORY:
+            checks, datasets = _theory(cfg, key, Path(out), lap, progress)
+        else:
+            ckpt = Path(out) / NAME / "checkpoints" / size
+            datasets = {
+                "fig2b_fig5_transformer": train_transformers(
+                    cfg.transformer, jax.random.fold_in(key, 7), ckpt, progress, budget
+                )
+            }
+            checks = []
+            lap("Figs. 2(b), 5 (transformers)")
+        results.append(PartResult(NAME, part, datasets, lap.stages, time.perf_counter() - t0, checks))
+    return results
 
-    def save(ds, name):
-        save_dataset(ds, out / NAME / name)
-        data.append(f"{NAME}/{name}")
 
+def _theory(cfg: Config, key, out: Path, lap, progress: bool) -> tuple[list[Check], dict]:
+    """Prop. 1 and Thms 1–2 in float64, Figs. 2(a), 3 and 4 (their sweep's chunks kept under
+    ``out/yang2024/fig4_chunks``): the checks and the datasets."""
+    checks = []
     with jax.enable_x64(True):
         checks += check_prop1(cfg, jax.random.fold_in(key, 1))
         c, dsth = check_theorems(cfg, jax.random.fold_in(key, 2))
         checks += c
-        save(dsth, "theorems.nc")
         lap("Prop. 1, Thms 1-2")
         task = paper_task(cfg, jax.random.fold_in(key, 3))
-        cp = Y.theorem1_constants(
-            MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 4), cfg.heads, cfg.d, cfg.K, cfg.beta), task
-        )
         ds2 = fig2a(cfg, task, jax.random.fold_in(key, 4))
         checks += _fig2_checks(ds2, cfg)
-        save(ds2, "fig2a.nc")
         lap("Fig. 2(a)")
         ds3 = fig3(cfg, jax.random.fold_in(key, 5))
         checks += _fig3_checks(ds3, cfg)
-        save(ds3, "fig3.nc")
         lap("Fig. 3")
         ds4 = fig4_sweep(cfg, task, jax.random.fold_in(key, 6), out=out / NAME / "fig4_chunks", progress=progress)
         checks += _fig4_checks(ds4, cfg)
-        save(ds4, "fig4.nc")
         lap("Fig. 4 sweep")
+    return checks, {"theorems": dsth, "fig2a": ds2, "fig3": ds3, "fig4": ds4}
+
+
+def assemble(size: str, out: Path, parts: list[PartResult], config: Config | None = None) -> PaperResult:
+    """The paper's checks, figures, notes and data files (``out/yang2024/*.nc``) from the results of the parts of
+    `parts_of` the settings, in any order."""
+    t0 = time.perf_counter()
+    cfg = config or SIZES[size]
+    out = Path(out)
+    by_part = {p.part: p for p in parts}
+    missing = [p for p in parts_of(cfg) or (THEORY,) if p not in by_part]
+    if missing:
+        raise ValueError(f"{NAME}: the results of part(s) {missing} are missing.")
+    used = [by_part[p] for p in parts_of(cfg) or (THEORY,)]
+    checks, datasets, notes, partial = list(by_part[THEORY].checks), dict(by_part[THEORY].datasets), [], {}
     tc = cfg.transformer
     if tc is not None:
-        dst = train_transformers(tc, jax.random.fold_in(key, 7), out / NAME / "checkpoints" / size, progress, budget)
+        dst = datasets["fig2b_fig5_transformer"] = by_part[TRANSFORMERS].datasets["fig2b_fig5_transformer"]
         status = None if dst.attrs["status"] == "complete" else dst.attrs["status"]
         checks += mark_partial(_transformer_checks(dst, tc), status)
-        save(dst, "fig2b_fig5_transformer.nc")
-        lap("Figs. 2(b), 5 (transformers)")
         notes.append(
             f"Figs. 2(b) and 5: {tc.n_layers}-layer transformers (pre-LN GPT-2 blocks, causal), width "
             f"{tc.d_model}, MLP {tc.d_ff}, "
@@ -812,7 +847,14 @@ def run(
                 else ""
             )
         )
-
+    with jax.enable_x64(True):
+        task = paper_task(cfg, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 3))
+        cp = Y.theorem1_constants(
+            MultiHeadSoftmaxICL.init(
+                jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 4), cfg.heads, cfg.d, cfg.K, cfg.beta
+            ),
+            task,
+        )
     notes.append(
         f"Loss (9) with its ½; trained by GD with two step sizes (eq. 10) on the exact loss, η_Q = "
         f"{cfg.eta_Q:g}, η_w = {cfg.eta_w:g} "
@@ -824,11 +866,32 @@ def run(
         "own step sizes on a small dictionary and the figures use practical ones. Lemma 5 as printed omits the irreducible "
         "noise mτ(K − N)/(2K) of the unseen labels from L⋆; jaxicl's L⋆ includes it (Δ is unaffected)."
     )
-    figures = _figures(out, cfg, ds2, ds3, ds4, dsth)
+    data = []
+    for nm in ("theorems", "fig2a", "fig3", "fig4", "fig2b_fig5_transformer"):
+        if nm in datasets:
+            save_dataset(datasets[nm], out / NAME / f"{nm}.nc")
+            data.append(f"{NAME}/{nm}.nc")
+    figures = _figures(out, cfg, datasets["fig2a"], datasets["fig3"], datasets["fig4"], datasets["theorems"])
     if tc is not None:
         figures.append(_transformer_figure(out, dst, tc))
         if status is not None:
             partial[figures[-1]] = status
+    seconds = sum(p.seconds for p in used) + time.perf_counter() - t0
     return PaperResult(
-        NAME, TITLE, size, checks, figures, data, time.perf_counter() - t_start, notes, lap.stages, partial
+        NAME, TITLE, size, checks, figures, data, seconds, notes, [s for p in used for s in p.stages], partial
     )
+
+
+def run(
+    size: str = "quick",
+    out: Path = Path("jaxicl-report"),
+    progress: bool = False,
+    budget: TimeBudget | None = None,
+    transformers: bool = True,
+    config: Config | None = None,
+) -> PaperResult:
+    """Every check and figure at ``size``, or at the settings ``config``: every part (`run_parts`), then `assemble`;
+    ``transformers=False`` leaves out Figs. 2(b) and 5 (transformer training)."""
+    cfg = config or SIZES[size]
+    cfg = cfg if transformers else dataclasses.replace(cfg, transformer=None)
+    return assemble(size, out, run_parts(parts_of(cfg) or (THEORY,), size, out, progress, budget, cfg), cfg)
