@@ -17,7 +17,7 @@
 # Environment: OUT (scratch, default a new temporary directory), DEVICE_CHECK_TIMEOUTS="cold warm alone trained"
 # (seconds; default "230 100 0 0": cold 0 skips steps 1-2, alone 0 step 3, trained 0 step 4), DEVICE_CHECK_PAPERS
 # (default: every paper), JAXICL_BENCH_RESULTS (where the results go: default $OUT/results, packed with the reports
-# and logs into $OUT/device_check.tgz), JAXICL_UNROLL / JAXICL_TRAINING_AUTOTUNE_LEVEL (how training programs
+# and logs, text alone, into $OUT/device_check.tgz), JAXICL_UNROLL / JAXICL_TRAINING_AUTOTUNE_LEVEL (how training programs
 # compile). Not installed: the device image has jax (CUDA), equinox, diffrax, optax, xarray, h5py and matplotlib;
 # wheels in .whl/ (h5netcdf) are installed to /tmp/site and the source tree is put on PYTHONPATH.
 set -uo pipefail
@@ -51,5 +51,7 @@ if [ "$T_TRAINED" != 0 ]; then
   rm -rf "$DIR/trained"/*/checkpoints
 fi
 rm -rf "$DIR/reproduce/default/cache" "$DIR"/cache-*
-# one file back (a GPU machine returns files at most two folders down): the results, reports and logs
-tar czf "$DIR/device_check.tgz" -C "$DIR" --exclude=device_check.tgz . && echo "Results, reports and logs: $DIR/device_check.tgz"
+# one file back (a GPU machine returns at most 8 files of at most 16 MiB, two folders down): the results, reports and
+# logs, text alone (the data files and figures of a --trained run came to over 16 MiB packed)
+(cd "$DIR" && find . -type f \( -name '*.json' -o -name '*.md' -o -name '*.log' -o -name '*.csv' -o -name '*.txt' \) \
+  -print0 | tar czf device_check.tgz --null -T -) && echo "Results, reports and logs: $DIR/device_check.tgz"
