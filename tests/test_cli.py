@@ -177,15 +177,16 @@ def _fake_paper(name, passed=True):
 def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_path, monkeypatch):
     """The orchestration of ``--jobs``: one process per paper (here a stand-in that pickles a result, the second
     slower than the first so they finish out of order), results and report.md in the order given; a process that
-    dies without a result is an error naming the paper, raised after the others have finished."""
+    dies without a result is an error naming the paper (and its part), raised after the others have finished. The papers
+    run whole here (without their transformers) but ahn2023, whose parts are processes of their own."""
     import pickle
     import sys
 
     import jaxicl.experiments as E
 
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
-        delay = {"ahn2023": 1.0, "gatmiry2024": 0.0, "zhang2023": 0.0}[name]
-        if name == "zhang2023":
+        delay = {"zhang2023": 1.0, "gatmiry2024": 0.0, "ahn2023": 0.0}[name]
+        if name == "ahn2023":
             return [sys.executable, "-c", "import sys; sys.exit(7)"]
         data = pickle.dumps([_fake_paper(name)])
         return [
@@ -195,16 +196,16 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
         ]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    results = E.reproduce(["ahn2023", "gatmiry2024"], out=tmp_path, jobs=2)
-    assert [r.name for r in results] == ["ahn2023", "gatmiry2024"]
+    results = E.reproduce(["zhang2023", "gatmiry2024"], out=tmp_path, jobs=2, transformers=False)
+    assert [r.name for r in results] == ["zhang2023", "gatmiry2024"]
     report = (tmp_path / "report.md").read_text()
-    assert report.index("## ahn2023") < report.index("## gatmiry2024")
-    with pytest.raises(RuntimeError, match=r"the zhang2023/\w+ reproduction's process exited with status 7"):
-        E.reproduce(["gatmiry2024", "zhang2023", "ahn2023"], out=tmp_path / "crash", jobs=2)
+    assert report.index("## zhang2023") < report.index("## gatmiry2024")
+    with pytest.raises(RuntimeError, match=r"the ahn2023/\w+ reproduction's process exited with status 7"):
+        E.reproduce(["gatmiry2024", "ahn2023", "zhang2023"], out=tmp_path / "crash", jobs=2, transformers=False)
     # the papers that finished are kept apart: an incomplete run replaces no earlier result
     assert not (tmp_path / "crash" / "report.md").exists()
     report = (tmp_path / "crash" / "incomplete-run" / "report.md").read_text()
-    assert "## gatmiry2024" in report and "## ahn2023" in report and "## zhang2023" not in report
+    assert "## gatmiry2024" in report and "## zhang2023" in report and "## ahn2023" not in report
 
 
 def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
@@ -233,24 +234,27 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    names = ["gatmiry2024", "ahn2023"]  # the papers that run whole (the others in parts: below)
-    results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
-    assert started == ["ahn2023", "gatmiry2024"]
+    names = ["gatmiry2024", "zhang2023"]  # papers that run whole (Zhang et al.'s without Fig. 1; the others in parts)
+    results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
+    assert started == ["zhang2023", "gatmiry2024"]  # the sum of its parts' times is zhang2023's
     assert [r.name for r in results] == names
-    # the parts of the AlgoFormer, of Yang et al. and of Zhang et al. are jobs of their own
+    # the parts of the AlgoFormer, of Ahn et al., of Yang et al. and of Zhang et al. are jobs of their own
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
-        "ahn2023",
         "yang2024/transformers",
         "zhang2023/fig1_N20",
         "algoformer/fig5",
         "algoformer/regression",
         "zhang2023/theory",
         "algoformer/cot",
+        "ahn2023/fig1_2",
         "gatmiry2024",
         "algoformer/ar",
         "zhang2023/fig1_N10",
+        "ahn2023/fig3_4",
         "yang2024/theory",
+        "ahn2023/theory",
+        "ahn2023/sweeps",
     ]
 
 
@@ -261,7 +265,7 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     import jaxicl.experiments as E
 
     reference = jobs_module.reference_seconds()
-    assert reference["ahn2023"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
+    assert reference["zhang2023/theory"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
     shipped = __import__("json").loads(jobs_module.REFERENCE.read_text())
     assert all({"machine", "date", "commit", "measured", "seconds"} <= set(run) for run in shipped.values())
     monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
@@ -286,10 +290,10 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     E._run_in_processes(
-        ["ahn2023", "gatmiry2024"], "quick", tmp_path / "out", False, None, True, jobs=2, record_times=True
+        ["zhang2023", "gatmiry2024"], "quick", tmp_path / "out", False, None, False, jobs=2, record_times=True
     )
     times = jobs_module.job_seconds()
-    assert 0.3 <= times["ahn2023"] < 60 and 0.3 <= times["gatmiry2024"] < 60
+    assert 0.3 <= times["zhang2023"] < 60 and 0.3 <= times["gatmiry2024"] < 60
     monkeypatch.setattr(jobs_module, "_local_file", lambda: None)  # no compilation cache
     jobs_module.record_seconds({"zhang2023": 1.0})
     assert jobs_module.job_seconds() == reference
@@ -366,9 +370,9 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     assert E.runs_in_processes(["parted"], jobs=2) and not E.runs_in_processes(["parted"], jobs=1)
-    names = ["ahn2023", "parted", "gatmiry2024"]
-    results = E._run_in_processes(names, "quick", tmp_path, False, None, True, jobs=1)
-    assert started == ["parted/long", "ahn2023", "gatmiry2024", "parted/short"]
+    names = ["zhang2023", "parted", "gatmiry2024"]  # Zhang et al.'s without Fig. 1: one process
+    results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
+    assert started == ["parted/long", "zhang2023", "gatmiry2024", "parted/short"]
     assert assembled == [["long", "short"]]
     assert [r.name for r in results] == names and [c.passed for c in results[1].checks] == [True, False]
     assert (
@@ -376,7 +380,7 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
         "processes" in capsys.readouterr().out
     )
     report = (tmp_path / "report.md").read_text()
-    assert report.index("## ahn2023") < report.index("## parted") < report.index("## gatmiry2024")
+    assert report.index("## zhang2023") < report.index("## parted") < report.index("## gatmiry2024")
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
@@ -395,7 +399,7 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
         data = pickle.dumps([_fake_paper(name)])
         write = f"open({str(result_file)!r}, 'wb').write({data!r})"
-        if name == "ahn2023":  # hangs the first time only
+        if name == "zhang2023":  # hangs the first time only
             code = (
                 f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
                 f"    time.sleep(60)\n{write}"
@@ -408,11 +412,13 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     t0 = time.monotonic()
-    results = E._run_in_processes(["ahn2023", "gatmiry2024"], "quick", tmp_path, False, None, True, jobs=2)
-    assert [r.name for r in results] == ["ahn2023", "gatmiry2024"] and marker.exists()
+    # (Zhang et al.'s paper without Fig. 1 runs whole: one process)
+    results = E._run_in_processes(["zhang2023", "gatmiry2024"], "quick", tmp_path, False, None, False, jobs=2)
+    assert [r.name for r in results] == ["zhang2023", "gatmiry2024"] and marker.exists()
     assert time.monotonic() - t0 < 30  # the sleeping process was stopped, not waited for
     captured = capfd.readouterr()  # file descriptors: the child's faulthandler writes to them
-    assert "ahn2023: its process has used no CPU time" in captured.out and "ahn2023: starting it again" in captured.out
+    assert "zhang2023: its process has used no CPU time" in captured.out
+    assert "zhang2023: starting it again" in captured.out
     assert "gatmiry2024: its process" not in captured.out
     assert "Fatal Python error: Aborted" in captured.err  # faulthandler's dump of the stopped process
     with pytest.raises(RuntimeError, match="the yang2024 reproduction's process stopped using CPU time twice"):
@@ -550,8 +556,9 @@ def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tm
         ("ahn2023",): True,
         ("ahn2023", "gatmiry2024"): True,
         ("ahn2023", "gatmiry2024", "--jobs", "2"): False,
-        ("ahn2023", "--jobs", "2"): True,
-        ("algoformer", "--jobs", "2"): False,  # its parts: processes
+        ("gatmiry2024", "--jobs", "2"): True,
+        ("ahn2023", "--jobs", "2"): False,  # its parts: processes
+        ("algoformer", "--jobs", "2"): False,  # its parts too
         ("ahn2023", "--result-file", str(tmp_path / "r.pkl")): False,
     }
     for extra, watch in expected.items():
