@@ -383,6 +383,21 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
     assert report.index("## zhang2023") < report.index("## parted") < report.index("## gatmiry2024")
 
 
+@pytest.mark.parametrize("paper", ["zhang2023", "ahn2023", "yang2024", "algoformer"])
+def test_a_paper_in_parts_refuses_an_unknown_part_and_assembles_only_from_every_part(paper, tmp_path):
+    """A ``--jobs`` process runs a part by name, and the parent assembles the paper once every part's result is in:
+    a name that is no part of the paper, or a missing part's result, is an error naming it, before any work."""
+    import jaxicl.experiments as E
+
+    module = E._modules([paper])[paper]
+    assert len(E._parts(module, "quick")) > 1
+    with pytest.raises(ValueError, match=rf"unknown part\(s\) \['nosuch'\] of {paper}"):
+        module.run_parts(["nosuch"], "quick", tmp_path)
+    first = E.PartResult(paper, E._parts(module, "quick")[0], {})
+    with pytest.raises(ValueError, match=rf"{paper}: the results of part\(s\) \[.+\] are missing"):
+        module.assemble("quick", tmp_path, [first])
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")
 def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, capfd):
     """A ``--jobs`` child that stops using CPU time (XLA:CPU's deadlock; here one that sleeps) is stopped after
