@@ -224,8 +224,9 @@ _QUICK = Config(
 )
 SIZES = {
     "quick": _QUICK,
-    # Fig. 2's comparisons held for each of three seeds at 3,000 steps (the cot task: `jaxicl sweep --stage
-    # algoformer:cot --grid steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size), Fig. 5's at 10,000 (`jaxicl
+    # Fig. 2's CoT comparison held for each of three seeds at 3,000 steps (`jaxicl sweep --stage algoformer:cot --grid
+    # steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size; the regression one's margin there is within the
+    # float rounding of training: `FIG2_ASSERTED_AT`), Fig. 5's at 10,000 (`jaxicl
     # sweep --stage algoformer:fig5 --trained --grid fig5_steps=[5000,10000] --grid seed=[0,1,2]`: at 5,000 its σ = 1
     # row failed for each seed, at 2,500 every row), Fig. 3's at 10,000 (`--stage algoformer:regression --trained
     # --grid steps=[10000] --grid seed=[0,1,2]`: at 3,000 seed 0 showed the claim's opposite)
@@ -620,9 +621,9 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
 
 def trained_enough(cfg: Config) -> bool:
     """Whether the models of Figs. 2 and 3 train at least as long as at ``--trained``, over at least its three seeds:
-    the smallest training at which the paper's comparisons of Fig. 2 held for each of three seeds (``jaxicl sweep
-    --stage algoformer:PART``, docs/reports/trained-size). Only there are they asserted, for every seed; a shorter run
-    shows them "not reproduced" where they fail, with their margin."""
+    the smallest training at which the paper's CoT comparison of Fig. 2 held for each of three seeds (``jaxicl sweep
+    --stage algoformer:PART``, docs/reports/trained-size). Only there is it asserted, for every seed; a shorter run
+    shows it "not reproduced" where it fails, with its margin (`FIG2_ASSERTED_AT`: the other tasks' at ``--full``)."""
     return _trained_as(cfg, "trained")[0]
 
 
@@ -635,11 +636,14 @@ def _trained_as(cfg: Config, at: str, figure: int = 2) -> tuple[bool, str]:
     return trains_as_long(at, training_steps=(mine.steps, theirs.steps), seeds=(cfg.seeds, SIZES[at].seeds))
 
 
-# The size from which each task's comparison of the architectures in Fig. 2 is asserted: the regression and CoT
-# comparisons held for each of three seeds at 3,000 steps (docs/reports/trained-size); the AR comparison did not at
+# The size from which each task's comparison of the architectures in Fig. 2 is asserted: the CoT comparison held for
+# each of three seeds at 3,000 steps (docs/reports/trained-size). The regression comparison's margin there is within
+# what the float rounding of training moves it: the same models trained on another CPU, or with an ensemble's members
+# in turn rather than batched, move the standard transformer's error by 2-5 % and seed 1's verdict with it (AlgoFormer
+# 1.9 % below it in one run, 2.9 % above in the other), so it is asserted at --full. The AR comparison did not hold at
 # 3,000 nor at 8,000 steps (AlgoFormer 0.3-3 % above the standard transformer for two seeds of three, where both
 # learned), so it is asserted at --full
-FIG2_ASSERTED_AT = {"regression": "trained", "ar": "full", "cot": "trained"}
+FIG2_ASSERTED_AT = {"regression": "full", "ar": "full", "cot": "trained"}
 
 
 def fig2_checks(cfg: Config, ds2, task_names) -> list[Check]:
@@ -706,7 +710,8 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
     """Every claim of Figs. 2, 3 and 5 (of the parts run: a dataset is None, and the claims of a part are one "not
     applicable" row, where ``cfg.parts`` leaves it out), for each seed of the datasets' ``seed`` dimension apart
     (`over_seeds`). The paper's orderings of the architectures are asserted where the models train long enough:
-    Fig. 2's (AlgoFormer below the standard and the looped transformer; the AR task's at ``--full``) and Fig. 5's
+    Fig. 2's (AlgoFormer below the standard and the looped transformer; the regression and AR tasks' at ``--full``,
+    `FIG2_ASSERTED_AT`) and Fig. 5's
     (AlgoFormer below GD and Newton in the first iterations) and Fig. 3's (larger ΔT more stable) from ``--trained``
     (`trained_enough`; Figs. 3 and 5 at their own steps); elsewhere "not reproduced" where they fail. The errors are
     read per position relative to the zero estimator's at that position, so that a sequence whose scale grows along
@@ -1000,9 +1005,10 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         "Φ*, and Φ* rescaled to E‖Φ*(z)‖² = k (z ~ N(0, I)) so that its draw does not set the signal-to-noise ratio; "
         "even so a rare prompt's series grows large and carries much of the mean error (the paper's measure, kept here), "
         "and the Bayes oracle that knows Φ* and the prior of A (dotted) shows what is learnable in context. "
-        "Fig. 2's comparisons of the architectures on the regression and CoT tasks are asserted from `--trained` "
-        "(3,000 steps, every model from three seeds, each seed checked apart), Figs. 3 and 5's from `--trained`'s "
-        "10,000 steps of their own models, the AR task's at `--full`; at a shorter training they are shown with their "
+        "Fig. 2's comparison of the architectures on the CoT task is asserted from `--trained` (3,000 steps, every "
+        "model from three seeds, each seed checked apart), Figs. 3 and 5's from `--trained`'s 10,000 steps of their "
+        "own models, the regression and AR tasks' at `--full` (at 3,000 steps the regression task's margin is within "
+        "what the float rounding of training moves it); at a shorter training they are shown with their "
         'margins, "not reproduced" where they do not hold.'
         + (
             f" Fig. 3's models trained {fig3_config(cfg).steps:,} steps, Fig. 5's {fig5_config(cfg).steps:,}."
