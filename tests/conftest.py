@@ -14,29 +14,25 @@ def random_spd(key, d, floor=0.5):
     return a @ a.T / d + floor * jax.numpy.eye(d)
 
 
-# The tests compile many programs, each once, and run most of them for milliseconds: compilation is most of the suite's
-# time, and LLVM at optimisation level 0 compiles the large ones in about half the time of level 3, XLA's default (the
-# ahn2023 programs of test_xla_cpu.py: 83 -> 37 s of CPU). The optimisation level changes how fast a kernel runs, not
-# what it computes. `jaxicl reproduce` keeps level 1, whose kernels run as fast as level 3's on its long trainings
-# (runtime.xla_options.CPU_XLA_FLAGS). Unless $XLA_FLAGS already names the level; the processes the tests start
-# inherit it.
-TEST_XLA_FLAGS = {"--xla_backend_optimization_level": "0"}
-
-
 def pytest_configure(config):
-    """The tests' XLA options (`TEST_XLA_FLAGS`), set before any test starts JAX's backend. Under pytest-xdist, each
-    worker starts XLA:CPU with its share of the cores as intra-op threads (cores // workers), as ``jaxicl reproduce
-    --jobs`` does for its processes (:func:`jaxicl.runtime.xla_options.size_cpu_thread_pool`)."""
+    """The tests compile as the command does: with its XLA options (:func:`jaxicl.runtime.xla_options.default_xla_flags`;
+    where JAX runs on the CPU alone, LLVM at optimisation level 1 instead of XLA's 3), set before any test starts JAX's
+    backend, for the whole session and the processes the tests start. The suite's time is mostly compilation of
+    programs that run for milliseconds, and level 1 compiles the large ones faster (the ahn2023 programs of
+    test_xla_cpu.py: 83 -> 65 s of CPU). Under pytest-xdist, each worker starts XLA:CPU with its share of the cores
+    as intra-op threads (cores // workers), as ``jaxicl reproduce --jobs`` does for its processes
+    (:func:`jaxicl.runtime.xla_options.size_cpu_thread_pool`)."""
+    import contextlib
     import os
 
-    flags = os.environ.get("XLA_FLAGS", "")
-    extra = [f"{name}={value}" for name, value in TEST_XLA_FLAGS.items() if name not in flags]
-    os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
+    from jaxicl.runtime import xla_options
+
+    options = contextlib.ExitStack()
+    options.enter_context(xla_options.default_xla_flags())
+    config.add_cleanup(options.close)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and hasattr(os, "sched_getaffinity"):
-        from jaxicl.runtime.xla_options import size_cpu_thread_pool
-
-        size_cpu_thread_pool(max(1, len(os.sched_getaffinity(0)) // workers))
+        xla_options.size_cpu_thread_pool(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 def tiny_algoformer(**changes):
