@@ -30,9 +30,36 @@ def pytest_configure(config):
     options = contextlib.ExitStack()
     options.enter_context(xla_options.default_xla_flags())
     config.add_cleanup(options.close)
+    _isolate_the_compilation_cache(config)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and hasattr(os, "sched_getaffinity"):
         xla_options.size_cpu_thread_pool(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+def _isolate_the_compilation_cache(config):
+    """The runs the tests start through the command (``cli.main(["reproduce", ...])`` without ``--cache-dir`` or
+    ``--no-cache``, and the ``jaxicl`` processes they start) keep their compilation cache, and the timings recorded
+    beside it, in a directory of the session (``$JAXICL_CACHE_DIR``), removed at its end: never in the user's
+    ``~/.cache/jaxicl/xla``. The first process of the session makes it; pytest-xdist's workers, started after, inherit
+    it."""
+    import os
+    import shutil
+    import tempfile
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    before = os.environ.get("JAXICL_CACHE_DIR")
+    session_dir = tempfile.mkdtemp(prefix="jaxicl-tests-xla-")
+    os.environ["JAXICL_CACHE_DIR"] = session_dir
+
+    def restore():
+        shutil.rmtree(session_dir, ignore_errors=True)
+        if before is None:
+            os.environ.pop("JAXICL_CACHE_DIR", None)
+        else:
+            os.environ["JAXICL_CACHE_DIR"] = before
+
+    config.add_cleanup(restore)
 
 
 def tiny_algoformer(**changes):

@@ -144,3 +144,24 @@ def test_cli_cache_options(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("JAXICL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert compilation_cache.default_dir() == tmp_path / "xdg" / "jaxicl" / "xla"
+
+
+def test_the_tests_keep_the_default_compilation_cache_out_of_the_users_home():
+    """A run a test starts without --cache-dir writes its compilation cache into the session's directory
+    (tests/conftest.py), which exists, is no cache directory of the user's, and is inherited by the processes the
+    tests start."""
+    import tempfile
+
+    from jaxicl.runtime import compilation_cache
+
+    here = compilation_cache.default_dir()
+    assert here.is_dir() and here.name.startswith("jaxicl-tests-xla-")
+    assert here.parent == Path(tempfile.gettempdir())
+    assert not here.is_relative_to(Path.home() / ".cache")
+    child = subprocess.run(
+        [sys.executable, "-c", "from jaxicl.runtime import compilation_cache as c; print(c.default_dir())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(child.stdout.strip()) == here
