@@ -43,23 +43,15 @@ def _isolate_the_compilation_cache(config):
     ``~/.cache/jaxicl/xla``. The first process of the session makes it; pytest-xdist's workers, started after, inherit
     it."""
     import os
-    import shutil
     import tempfile
 
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    before = os.environ.get("JAXICL_CACHE_DIR")
-    session_dir = tempfile.mkdtemp(prefix="jaxicl-tests-xla-")
-    os.environ["JAXICL_CACHE_DIR"] = session_dir
-
-    def restore():
-        shutil.rmtree(session_dir, ignore_errors=True)
-        if before is None:
-            os.environ.pop("JAXICL_CACHE_DIR", None)
-        else:
-            os.environ["JAXICL_CACHE_DIR"] = before
-
-    config.add_cleanup(restore)
+    session_dir = tempfile.TemporaryDirectory(prefix="jaxicl-tests-xla-")
+    env = pytest.MonkeyPatch()
+    env.setenv("JAXICL_CACHE_DIR", session_dir.name)
+    config.add_cleanup(session_dir.cleanup)
+    config.add_cleanup(env.undo)  # cleanups run last-added first: the variable restored, then the directory removed
 
 
 def tiny_algoformer(**changes):
