@@ -564,6 +564,57 @@ def test_a_stopped_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypat
     assert clock.idle_seconds(0.0, stopped=True) == 0.0
 
 
+@pytest.mark.skipif(
+    not Path("/proc/self/stat").exists() or not hasattr(os, "SCHED_IDLE"),
+    reason="the watchdog reads thread states from /proc (Linux)",
+)
+def test_a_starved_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypatch):
+    """A ``--jobs`` child that gets (almost) no CPU because others take it (here: SCHED_IDLE, on the CPU of a busy
+    process) waits to run (state R); a deadlocked one sleeps. The starved child is left alone and finishes."""
+    import subprocess
+    import threading
+
+    from jaxicl.runtime import watchdog
+
+    monkeypatch.setattr(jobs_module, "STALL_SECONDS", 1.0)
+    cpu = min(os.sched_getaffinity(0))
+    pid_file = tmp_path / "pid"
+    pin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+    child = [
+        sys.executable,
+        "-c",
+        f"{pin}os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\nt = time.time()\nwhile time.time() < t + 4: pass",
+    ]
+    status = []
+    watcher = threading.Thread(target=lambda: status.append(jobs_module.run_watched(child, "starved")))
+    watcher.start()
+    while not pid_file.exists() or not pid_file.read_text():
+        time.sleep(0.05)
+    busy = subprocess.Popen([sys.executable, "-c", f"{pin}t = time.time()\nwhile time.time() < t + 5: pass"])
+    time.sleep(2.5)
+    starved = int(pid_file.read_text())
+    assert watchdog.process_cpu_seconds(starved) < 1.0 and watchdog.process_runnable(starved)  # starved, runnable
+    watcher.join(timeout=60)
+    busy.wait(timeout=60)
+    assert status == [0]  # not None: it was not taken for deadlocked and killed
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        assert not watchdog.process_runnable(sleeper.pid)  # asleep: what a deadlocked process looks like
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # the clock: a reading while some thread waits to run restarts it
+    now = [time.monotonic()]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    clock = watchdog.IdleClock(0.0, max_gap=10.0)
+    now[0] += 2.0
+    assert clock.idle_seconds(0.0) == pytest.approx(2.0)
+    now[0] += 2.0
+    assert clock.idle_seconds(0.0, runnable=True) == 0.0
+
+
 def test_a_plain_reproduce_watches_its_own_process_and_a_jobs_parent_does_not(tmp_path, monkeypatch):
     """The command's own process is watched where it runs the papers itself (no ``--jobs``, or one paper); a
     ``--jobs`` parent, which waits on its children (each watched by it), and a ``--jobs`` child are not."""

@@ -19,7 +19,15 @@ import os
 import threading
 from pathlib import Path
 
-from .watchdog import STALL_SECONDS, IdleClock, max_gap_seconds, poll_seconds, process_cpu_seconds, process_stopped
+from .watchdog import (
+    STALL_SECONDS,
+    IdleClock,
+    max_gap_seconds,
+    poll_seconds,
+    process_cpu_seconds,
+    process_runnable,
+    process_stopped,
+)
 
 REFERENCE = Path(__file__).with_name("job_seconds.json")  # the reference run's times, shipped with the package
 LOCAL_NAME = "job-seconds.json"  # this machine's last quick --jobs run, beside its compilation cache
@@ -169,7 +177,8 @@ def stopping_children_on_signals():
 
 def run_watched(cmd: list[str], name: str, env: dict[str, str] | None = None) -> int | None:
     """Run ``cmd`` (in ``env``, else `child_environment`); its exit status, or None if it used no CPU time for
-    `STALL_SECONDS` (Linux; time in which it or this process was stopped, e.g. by Ctrl-Z, does not count): then it is
+    `STALL_SECONDS` (Linux; time in which it or this process was stopped, e.g. by Ctrl-Z, or in which it waited for a
+    CPU that others took, does not count): then it is
     sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for.
     Raises `Stopped` instead of starting it once a signal stopped the run (`stopping_children_on_signals`)."""
     import signal
@@ -187,7 +196,9 @@ def run_watched(cmd: list[str], name: str, env: dict[str, str] | None = None) ->
                 return proc.wait(timeout=poll_seconds(STALL_SECONDS))
             except subprocess.TimeoutExpired:
                 pass
-            idle = clock.idle_seconds(process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid))
+            idle = clock.idle_seconds(
+                process_cpu_seconds(proc.pid), stopped=process_stopped(proc.pid), runnable=process_runnable(proc.pid)
+            )
             if idle >= STALL_SECONDS:
                 print(
                     f"[jaxicl] {name}: its process has used no CPU time for {idle:.0f} s, deadlocked in "

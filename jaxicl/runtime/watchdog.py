@@ -5,8 +5,9 @@ jaxlib 0.10's CPU LAPACK kernels split a batch over XLA's intra-op thread pool a
 until the pieces finish; run from a pool thread, that can leave every pool thread waiting (benchmarks/README.md,
 "XLA:CPU's deadlock"). A deadlocked process uses (almost) no CPU time, which no jaxicl computation does for minutes.
 ``--jobs`` watches each paper's process from its parent (`jaxicl.runtime.jobs.run_watched`); this module
-watches the process it runs in: a daemon thread reads the CPU time of every other thread from ``/proc``, and when
-there has been none for ``stall_seconds`` it prints every thread's Python stack and starts the same command again,
+watches the process it runs in: a daemon thread reads the CPU time and state of every other thread from ``/proc``,
+and when there has been no CPU time for ``stall_seconds`` while no thread waited to run (a starved process is
+runnable, a deadlocked one sleeps) it prints every thread's Python stack and starts the same command again,
 once (the compilation cache, checkpoints and a sweep's finished chunks make the second start cheap). A second stall
 ends the process with `EXIT_DEADLOCKED` and a message. Linux only (elsewhere: no watchdog)."""
 
@@ -64,22 +65,40 @@ def process_stopped(pid: int | str = "self") -> bool:
         return False
 
 
+def process_runnable(pid: int | str = "self", exclude_thread: int | None = None) -> bool:
+    """Whether a thread of process ``pid`` other than ``exclude_thread`` (a native thread id) is running or waiting
+    for a CPU (state ``R``): a process that others starve of CPU (a busy machine, ``nice``) is runnable, a deadlocked
+    one sleeps. False where there is no ``/proc``."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in threads:
+        if exclude_thread is not None and int(tid) == exclude_thread:
+            continue
+        with contextlib.suppress(OSError, IndexError):  # the thread ended
+            if _stat_fields(f"/proc/{pid}/task/{tid}/stat")[0] == "R":
+                return True
+    return False
+
+
 class IdleClock:
     """Seconds a process has been idle, from successive readings of its CPU time: idle while it has used at most
     `IDLE_CPU_FRACTION` of one CPU, plus one clock tick, since the clock last restarted; a reading above that
     restarts it (None readings: never idle).
 
     Time in which the process could not run does not count: a reading taken while it is ``stopped`` (SIGSTOP,
-    Ctrl-Z), or more than ``max_gap`` seconds after the previous one (the watcher itself was stopped with it, or the
-    machine slept), restarts the clock. A process paused for minutes and continued with ``fg`` is not deadlocked."""
+    Ctrl-Z) or ``runnable`` (a thread waits for a CPU that others take: `process_runnable`), or more than ``max_gap``
+    seconds after the previous one (the watcher itself was stopped with it, or the machine slept), restarts the clock.
+    A process paused for minutes and continued with ``fg``, or starved by a busy machine, is not deadlocked."""
 
     def __init__(self, cpu: float | None, max_gap: float | None = None):
         self.cpu, self.since = cpu, time.monotonic()
         self.last, self.max_gap = self.since, max_gap
 
-    def idle_seconds(self, cpu: float | None, stopped: bool = False) -> float:
+    def idle_seconds(self, cpu: float | None, stopped: bool = False, runnable: bool = False) -> float:
         now = time.monotonic()
-        paused = stopped or (self.max_gap is not None and now - self.last > self.max_gap)
+        paused = stopped or runnable or (self.max_gap is not None and now - self.last > self.max_gap)
         self.last = now
         if paused or cpu is None or self.cpu is None or cpu - self.cpu > IDLE_CPU_FRACTION * (now - self.since) + _TICK:
             self.cpu, self.since = cpu, now
@@ -126,7 +145,8 @@ def restart_this_command(idle_seconds: float) -> None:
 def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
     threads have used (almost) no CPU time (`IdleClock`) for ``stall_seconds`` (default
-    `STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z) does not count. Nothing is
+    `STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z), or waiting for a CPU that
+    others take, does not count. Nothing is
     watched where ``/proc`` is missing. Only for a process
     that does its work itself: one that waits on others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
@@ -138,7 +158,9 @@ def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
         me = threading.get_native_id()
         clock = IdleClock(process_cpu_seconds(exclude_thread=me), max_gap_seconds(stall))
         while not done.wait(poll_seconds(stall)):
-            idle = clock.idle_seconds(process_cpu_seconds(exclude_thread=me))
+            idle = clock.idle_seconds(
+                process_cpu_seconds(exclude_thread=me), runnable=process_runnable(exclude_thread=me)
+            )
             if idle >= stall:
                 on_stall(idle)
                 clock = IdleClock(process_cpu_seconds(exclude_thread=me), max_gap_seconds(stall))  # watch anew
