@@ -580,11 +580,13 @@ def test_a_starved_process_is_not_taken_for_a_deadlocked_one(tmp_path, monkeypat
     cpu = min(os.sched_getaffinity(0))
     pid_file = tmp_path / "pid"
     pin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+    idle = f"{pin}os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+    if subprocess.run([sys.executable, "-c", idle], capture_output=True).returncode:
+        pytest.skip("this machine refuses a process CPU affinity or the SCHED_IDLE policy: no way to starve one")
     child = [
         sys.executable,
         "-c",
-        f"{pin}os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\nt = time.time()\nwhile time.time() < t + 4: pass",
+        f"{idle}open({str(pid_file)!r}, 'w').write(str(os.getpid()))\nt = time.time()\nwhile time.time() < t + 4: pass",
     ]
     status = []
     watcher = threading.Thread(target=lambda: status.append(jobs_module.run_watched(child, "starved")))
