@@ -178,8 +178,8 @@ def stopping_children_on_signals():
 def run_watched(cmd: list[str], name: str, env: dict[str, str] | None = None) -> int | None:
     """Run ``cmd`` (in ``env``, else `child_environment`); its exit status, or None if it used no CPU time for
     `STALL_SECONDS` (Linux; time in which it or this process was stopped, e.g. by Ctrl-Z, or in which it waited for a
-    CPU that others took, does not count): then it is
-    sent SIGABRT, which makes Python's faulthandler (on in the child) print every thread's stack, and waited for.
+    CPU that others took, does not count): then it is sent SIGABRT, which makes Python's faulthandler (on in the
+    child) print every thread's stack, and waited for.
     Raises `Stopped` instead of starting it once a signal stopped the run (`stopping_children_on_signals`)."""
     import signal
     import subprocess

@@ -146,9 +146,8 @@ def watching(stall_seconds: float | None = None, on_stall=restart_this_command):
     """While the ``with`` block runs, a daemon thread calls ``on_stall(idle_seconds)`` once this process's other
     threads have used (almost) no CPU time (`IdleClock`) for ``stall_seconds`` (default
     `STALL_SECONDS`); it stops with the block. Time the process spends stopped (Ctrl-Z), or waiting for a CPU that
-    others take, does not count. Nothing is
-    watched where ``/proc`` is missing. Only for a process
-    that does its work itself: one that waits on others (``--jobs``'s parent) looks idle."""
+    others take, does not count. Nothing is watched where ``/proc`` is missing. Only for a process that does its
+    work itself: one that waits on others (``--jobs``'s parent) looks idle."""
     stall = STALL_SECONDS if stall_seconds is None else float(stall_seconds)
     if not stall > 0:
         raise ValueError(f"stall_seconds must be a positive number of seconds, got {stall_seconds!r}")
