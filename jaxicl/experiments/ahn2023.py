@@ -447,9 +447,9 @@ def _fig1_2(cfg: Config, key, lap) -> tuple[list[Check], dict]:
     """Figs. 1-2 (Thm 4), float32: the Thm 4 point and each optimizer's runs (`train_seeds`), and Thm 4's checks."""
     with jax.enable_x64(False):  # training in float32, whatever the caller's setting
         a_star, fam_loss, fam_se = _family_optimum(cfg, jax.random.fold_in(key, 4), cfg.n_layers)
-        results = {}
+        results, seed_keys = {}, _seed_keys(cfg, key)
         for method in OPTIMIZERS:
-            res, stride, seconds = train_seeds(cfg, _seed_keys(cfg, key), method, "preconditioner", cfg.n, a_star)
+            res, stride, seconds = train_seeds(cfg, seed_keys, method, "preconditioner", cfg.n, a_star)
             results[method] = (jax.device_get(res), stride, seconds)
             lap(f"Fig. 1-2 with {method}")
         a_star = np.asarray(a_star)

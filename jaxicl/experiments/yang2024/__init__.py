@@ -848,12 +848,10 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
             )
         )
     with jax.enable_x64(True):
-        task = paper_task(cfg, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 3))
+        key = jax.random.PRNGKey(cfg.seed)  # the theory part's keys (`run_parts`)
+        task = paper_task(cfg, jax.random.fold_in(key, 3))
         cp = Y.theorem1_constants(
-            MultiHeadSoftmaxICL.init(
-                jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 4), cfg.heads, cfg.d, cfg.K, cfg.beta
-            ),
-            task,
+            MultiHeadSoftmaxICL.init(jax.random.fold_in(key, 4), cfg.heads, cfg.d, cfg.K, cfg.beta), task
         )
     notes.append(
         f"Loss (9) with its ½; trained by GD with two step sizes (eq. 10) on the exact loss, η_Q = "
