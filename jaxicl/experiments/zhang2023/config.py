@@ -117,8 +117,9 @@ SETTINGS_DOCS = {
 SIZES = {
     "quick": Config(),
     # Fig. 1's GPT-2 models from three seeds, trained long enough that the two training covariances' ordering held for
-    # each (jaxicl sweep --stage zhang2023:fig1_gpt2 --trained --grid gpt2.steps=[...]: docs/reports/trained-size)
-    "trained": Config(gpt2=GPT2Config(steps=8000, seeds=3)),
+    # each (jaxicl sweep --stage zhang2023:fig1_gpt2 --trained --grid gpt2.steps=[...]: docs/reports/trained-size): at
+    # 3,000 steps it failed for some seeds, at 5,000 it held for each by at least 17.6 % (23-58 % at 8,000)
+    "trained": Config(gpt2=GPT2Config(steps=5000, seeds=3)),
     "full": Config(
         d=5,
         N=20,
