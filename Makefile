@@ -28,8 +28,9 @@ $(VENV)/.installed-test: $(VENV)/.installed
 reproduce: $(VENV)/.installed  ## install, then run every reproduction at quick size -> $(OUT)/report.md
 	$(BIN)/jaxicl reproduce --quick --jobs $(JOBS) --out $(OUT)
 
+# --durations: the slowest tests of each run, where the suite's time goes (CI's log shows them)
 test: $(VENV)/.installed-test  ## install, then run the default test suite (slow reproductions deselected)
-	$(BIN)/python -m pytest -n 2 --dist worksteal -q
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=25
 
 docs: $(VENV)/.installed-test  ## the documentation site (mkdocs, API reference from the docstrings) -> site/
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
