@@ -79,22 +79,26 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     tmp_path, monkeypatch, capsys, request
 ):
     """The AlgoFormer reproduction end to end at a toy size (a few steps: its checks are not meaningful here,
-    the quick-size run above asserts them). Under `--budget` every model trains one chunk and stops: the report
-    draws the figures marked "partial, step 2 of 4" with their checks reported, the command exits 3, and the next
-    call (no budget) resumes every model from its checkpoint at step 2 and finishes it. (That a resumed run gives
-    the uninterrupted run's numbers is asserted on `train` itself, in test_transformer.py.)"""
+    the quick-size run above asserts them), with two of its four parts (``--set parts``: Figs. 2 and 3 on the
+    regression task, and Fig. 5; the other two train the same models on other tasks). Under `--budget` every model
+    trains one chunk and stops: the report draws the figures marked "partial, step 2 of 4" with their checks
+    reported, the command exits 3, and the next call (no budget) resumes every model from its checkpoint at step 2
+    and finishes it. The parts left out are one "not applicable" row each (not dropped, not passed), and write no
+    figure or data file. (That a resumed run gives the uninterrupted run's numbers is asserted on `train` itself,
+    in test_transformer.py.)"""
 
     import xarray as xr
 
     sliced, _ = _toy_algoformer_cli(tmp_path, monkeypatch, request)
+    sliced += ["--set", 'parts=["regression", "fig5"]']
     # --plan first: every training run (Fig. 5's σ ensemble as one run of 3 models) measured on two chunks of
     # 2 steps (the chunk the slices below compile too), the plan printed and in report.md, no checkpoint written
     assert cli.main(sliced + ["--plan", "--budget", "30"]) in (0, 1)  # (toy-size checks may fail)
     report = (tmp_path / "report.md").read_text()
     assert "**Training plan**" in report and "training plan" in capsys.readouterr().out
     rows = [line for line in report.splitlines() if line.startswith("| fig") and " × " in line]
-    assert len(rows) == 11, rows  # Fig. 2: 3 tasks × 3 models; Fig. 3: one setting more; Fig. 5: one ensemble
-    assert sum("| 3 × 4 (4) |" in r for r in rows) == 1 and sum("| 1 × 4 (4) |" in r for r in rows) == 10
+    assert len(rows) == 5, rows  # Fig. 2 (regression): 3 models; Fig. 3: one setting more; Fig. 5: one ensemble
+    assert sum("| 3 × 4 (4) |" in r for r in rows) == 1 and sum("| 1 × 4 (4) |" in r for r in rows) == 4
     assert "With `--budget 30`: about 1 call(s)" in report
     assert not list(tmp_path.rglob("*.ckpt"))
     assert cli.main(sliced + ["--budget", "1e-6"]) == 3
@@ -107,9 +111,17 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert cli.main(sliced + ["--progress"]) in (0, 1)  # to the end (toy-size checks may fail: not meaningful here)
     out = capsys.readouterr().out
     # every model resumed at step 2, announcing the step time its first slice measured, and finished there
-    assert out.count("(measured by the previous slice); 2 steps to go") == 11 and out.count("; 0 steps to go") == 11
-    assert "partial" not in (tmp_path / "report.md").read_text()
-    assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 11
+    assert out.count("(measured by the previous slice); 2 steps to go") == 5 and out.count("; 0 steps to go") == 5
+    report = (tmp_path / "report.md").read_text()
+    assert "partial" not in report
+    assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 5
+    rows = [r for r in (line.split(" | ") for line in report.splitlines() if line.startswith("| Fig")) if len(r) == 5]
+    assert [(r[0], r[-1]) for r in rows if r[-1].startswith("not applicable")] == [
+        (f"| {claim}: every claim", f"not applicable: the part {part!r} is not in this run's `parts` |")
+        for claim, part in (("Fig. 2 (ar)", "ar"), ("Fig. 2 (cot)", "cot"))
+    ]
+    written = sorted(p.name for p in (tmp_path / "algoformer").iterdir() if p.suffix in (".png", ".nc"))
+    assert written == ["fig2.nc", "fig2_models.png", "fig3.nc", "fig3_loops.png", "fig5.nc", "fig5_newton_gd.png"]
     assert xr.load_dataset(tmp_path / "algoformer" / "fig5.nc", engine="h5netcdf").sizes == {
         "seed": 1,
         "setting": 1,

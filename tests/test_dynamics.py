@@ -65,6 +65,9 @@ def test_flow_is_vmappable_over_covariances():
     assert jnp.allclose(batched, jnp.stack([final_loss(l) for l in lams]), rtol=1e-8)
 
 
+# slow: the default suite differentiates the same flow in σ against central differences, tighter (1e-7) and with
+# every adjoint: test_sensitivity.py::test_flow_final_loss_in_sigma_and_spectrum_every_adjoint_matches_...
+@pytest.mark.slow
 def test_flow_is_differentiable_in_the_init_scale():
     task = icl.tasks.LinearRegression(2, 5, jnp.diag(jnp.array([1.0, 0.5])))
     key = jax.random.PRNGKey(2)

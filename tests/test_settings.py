@@ -8,7 +8,6 @@ import importlib
 import jax
 import numpy as np
 import pytest
-from conftest import tiny_algoformer
 
 from jaxicl import cli
 from jaxicl.experiments import _modules, available, settings
@@ -253,30 +252,6 @@ def test_settings_that_contradict_each_other_are_refused_with_the_reason(paper, 
     if flat:
         with pytest.raises(SettingsError, match=match):
             dataclasses.replace(module.Config.quick(), **flat)
-
-
-def test_a_run_of_some_parts_reports_the_others_not_applicable(tmp_path, monkeypatch):
-    """The AlgoFormer at toy size with ``parts = ["fig5"]``: only Fig. 5's ensemble trains, its figure and data file
-    are written, and the claims of the parts left out are one "not applicable" row each (not dropped, not passed)."""
-    from jaxicl.experiments import algoformer as A
-
-    tiny = tiny_algoformer(fig5_loops=((2, 1), (1, 1)))
-    monkeypatch.setitem(A.SIZES, "quick", tiny)
-    assert cli.main(["reproduce", "algoformer", "--out", str(tmp_path), "--set", 'parts=["fig5"]']) in (0, 1)
-    report = (tmp_path / "report.md").read_text()
-    rows = [r for r in (line.split(" | ") for line in report.splitlines() if line.startswith("| Fig")) if len(r) == 5]
-    # learned, Newton, GD; 3 σ; 3 parts
-    assert len(rows) == 3 + 3 + 3 and all(r[0].startswith("| Fig. 5") for r in rows[:6])
-    assert [(r[0], r[-1]) for r in rows[6:]] == [
-        (f"| {claim}: every claim", f"not applicable: the part {part!r} is not in this run's `parts` |")
-        for claim, part in (
-            ("Figs. 2 (regression) and 3", "regression"),
-            ("Fig. 2 (ar)", "ar"),
-            ("Fig. 2 (cot)", "cot"),
-        )
-    ]
-    assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.png")) == ["fig5_newton_gd.png"]
-    assert sorted(p.name for p in (tmp_path / "algoformer").glob("*.nc")) == ["fig5.nc"]
 
 
 @pytest.mark.parametrize(

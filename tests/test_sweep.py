@@ -105,6 +105,9 @@ def test_different_parameters_under_the_same_out_are_an_error(tmp_path):
         icl.sweep(H.noisy_point, {"x": [0.0], "seed": [0]}, out=tmp_path, meta={"noise": 0.1})
 
 
+# slow: the default suite asserts the same equality (final loss = Lemma 5.3's minimum, rtol 1e-6) on the same
+# program through the command line: test_stage_sweep.py::test_the_lsa_toml_sweep_is_one_case_of_a_stage_sweep_...
+@pytest.mark.slow
 def test_lsa_example_converged_loss_equals_zhang_closed_form_at_every_point():
     from jaxicl.experiments.lsa_sweep import LSAFlowPoint, raise_if_any_flow_failed
 
