@@ -193,11 +193,10 @@ def test_paths_without_a_derivative_are_errors_that_name_the_argument():
         m0 = icl.models.LinearSelfAttention.balanced_init(D, sigma, KEY)
         return icl.gradient_flow(loss, m0, 50.0, n_save=2, **kw).losses[-1]
 
-    for kw, name in (
+    for kw, name in (  # without a derivative both run: test_dynamics.py's event test
         ({"stop_when": lambda m: loss(m) < 0.7}, "stop_when"),
         ({"steady_state_tol": 1e-3}, "steady_state_tol"),
     ):
-        assert np.isfinite(float(stopped(0.3, **kw)))  # without a derivative it runs
         with pytest.raises(ValueError, match=f"{name}.*not differentiable.*stop_at_loss"):
             jax.grad(lambda s, kw=kw: stopped(s, **kw))(0.3)
     with pytest.raises(ValueError, match="backsolve.*takes no events"):
