@@ -31,7 +31,6 @@ def pytest_configure(config):
     options.enter_context(xla_options.default_xla_flags())
     config.add_cleanup(options.close)
     _isolate_the_compilation_cache(config)
-    _share_compiled_programs()
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and hasattr(os, "sched_getaffinity"):
         xla_options.size_cpu_thread_pool(max(1, len(os.sched_getaffinity(0)) // workers))
@@ -55,26 +54,20 @@ def _isolate_the_compilation_cache(config):
     config.add_cleanup(env.undo)  # cleanups run last-added first: the variable restored, then the directory removed
 
 
-def _share_compiled_programs():
-    """Every test process reads and writes the session's compilation cache (``$JAXICL_CACHE_DIR``, above), as the
-    command does: the tests build many of the same programs (the same toy models and flows, in tests, examples and
-    notebooks alike), and a program compiled once is read back (about 1 ms) wherever it recurs, in either worker.
-    JAX's key hashes the program, its compile options and the XLA flags, so no test gets another's program. (One
-    file alone, test_transformer.py on 2 workers: 579 s of tests without, 358 s with.)"""
-    from jaxicl.runtime import compilation_cache
-
-    compilation_cache.enable(compilation_cache.default_dir())
-
-
 @pytest.fixture(autouse=True)
 def shared_compilation_cache():
-    """After a test that pointed the cache elsewhere or turned it off (``--cache-dir``, `compilation_cache.disable`),
-    the session's cache again."""
-    yield
+    """Every test reads and writes the session's compilation cache (``$JAXICL_CACHE_DIR``, above), as the command
+    does: the tests build many of the same programs (the same toy models and flows, in tests, examples and notebooks
+    alike), and a program compiled once is read back (about 1 ms) wherever it recurs, in either worker. JAX's key
+    hashes the program, its compile options and the XLA flags, so no test gets another's program. Set before each
+    test, since one may have pointed it elsewhere or turned it off (``--cache-dir``, `compilation_cache.disable`).
+    (One file alone, test_transformer.py on 2 workers: 579 s of tests without, 358 s with.)"""
     from jaxicl.runtime import compilation_cache
 
-    if jax.config.jax_compilation_cache_dir != str(compilation_cache.default_dir()):
-        compilation_cache.enable(compilation_cache.default_dir())
+    session = compilation_cache.default_dir()
+    if jax.config.jax_compilation_cache_dir != str(session):
+        compilation_cache.enable(session)
+    yield
 
 
 def tiny_algoformer(**changes):
