@@ -62,22 +62,18 @@ def test_reproduce_quick_passes_every_check(paper, tmp_path):
     assert holds(xr.open_dataset(tmp_path / paper / nc, engine="h5netcdf"))
 
 
-def _toy_algoformer_cli(tmp_path, monkeypatch, request):
+def _toy_algoformer_cli(tmp_path, monkeypatch):
     """The AlgoFormer reproduction at toy size as the CLI's default size, with a compilation cache of its own (a
-    resuming call reads back the first call's programs): the arguments of ``jaxicl reproduce algoformer`` and the
-    toy settings."""
+    resuming call reads back the first call's programs; conftest's `shared_compilation_cache` points the next test
+    back at the session's): the arguments of ``jaxicl reproduce algoformer`` and the toy settings."""
     from jaxicl.experiments import algoformer as A
-    from jaxicl.runtime import compilation_cache
 
     tiny = tiny_algoformer(std_layers=1, fig3_loops=((2, 1), (1, 0)))
     monkeypatch.setitem(A.SIZES, "quick", tiny)
-    request.addfinalizer(compilation_cache.disable)
     return ["reproduce", "algoformer", "--out", str(tmp_path), "--cache-dir", str(tmp_path / "xla")], tiny
 
 
-def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkpoints(
-    tmp_path, monkeypatch, capsys, request
-):
+def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkpoints(tmp_path, monkeypatch, capsys):
     """The AlgoFormer reproduction end to end at a toy size (a few steps: its checks are not meaningful here,
     the quick-size run above asserts them), with two of its four parts (``--set parts``: Figs. 2 and 3 on the
     regression task, and Fig. 5; the other two train the same models on other tasks). Under `--budget` every model
@@ -89,7 +85,7 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
     import xarray as xr
 
-    sliced, _ = _toy_algoformer_cli(tmp_path, monkeypatch, request)
+    sliced, _ = _toy_algoformer_cli(tmp_path, monkeypatch)
     sliced += ["--set", 'parts=["regression", "fig5"]']
     # --plan first: every training run (Fig. 5's σ ensemble as one run of 3 models) measured on two chunks of
     # 2 steps (the chunk the slices below compile too), the plan printed and in report.md, no checkpoint written
@@ -133,7 +129,7 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
 
 
 @pytest.mark.slow  # four processes, each compiling the toy programs afresh: minutes on two cores
-def test_algoformer_parts_in_processes_give_the_in_process_run(tmp_path, monkeypatch, capsys, request):
+def test_algoformer_parts_in_processes_give_the_in_process_run(tmp_path, monkeypatch, capsys):
     """`--jobs`: each of the AlgoFormer's PARTS in a process of its own (started through a wrapper that gives them the
     toy size and this test's float64), the paper assembled here from their datasets. Every model is trained first,
     in process: the parts evaluate from the checkpoints, and the report's checks and the data files are the
@@ -146,7 +142,7 @@ def test_algoformer_parts_in_processes_give_the_in_process_run(tmp_path, monkeyp
     import jaxicl.experiments as E
     from jaxicl.experiments import algoformer as A
 
-    sliced, tiny = _toy_algoformer_cli(tmp_path, monkeypatch, request)
+    sliced, tiny = _toy_algoformer_cli(tmp_path, monkeypatch)
     assert cli.main(sliced) in (0, 1)  # toy-size checks may fail: not meaningful here
     capsys.readouterr()
     files = ("fig2.nc", "fig3.nc", "fig5.nc")
