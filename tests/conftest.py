@@ -91,5 +91,7 @@ def tiny_algoformer(**changes):
         batch=4,
         fig5_steps=0,
         fig5_curriculum_every=0,
+        parts=A.PARTS,  # every figure (the quick size itself leaves Figs. 3 and 5 to --trained)
+        fig3=True,
     )
     return dataclasses.replace(A.SIZES["quick"], **(toy | changes))

@@ -275,7 +275,8 @@ def _algoformer_data(
 def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
     from jaxicl.experiments import algoformer as A
 
-    full, quick = A.SIZES["full"], A.SIZES["quick"]
+    # quick's training lengths with every part (the quick size itself leaves Figs. 3 and 5 to --trained: below)
+    full, quick = A.SIZES["full"], dataclasses.replace(A.SIZES["quick"], parts=A.PARTS, fig3=True)
     good = A._checks(full, *_algoformer_data())
     assert_all_asserted_pass(good, 3 * 3 + 2 + 3 + 3)  # Fig. 2: 3 per task; Fig. 3: 2; Fig. 5: 3 + one per σ
     assert all(c.stochastic and c.seeds is None for c in good if "decreases with the number" in c.claim)
@@ -345,6 +346,24 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
     row = next(c for c in per_seed if "(cot): AlgoFormer below the standard" in c.claim)
     assert row.seeds == 3 and "fails for seed 1:" in row.simulated and "seed 2:" not in row.simulated
     assert_verdict(per_seed, "Fig. 2 (regression): every trained model learned", "pass")
+
+
+def test_the_quick_algoformer_leaves_figs_3_and_5_to_the_trained_size_and_says_so():
+    """At quick size only Fig. 2's models train: Figs. 3 and 5 (whose comparisons hold from --trained's 10,000 steps)
+    are each one "not applicable" row naming where they run, never a pass; --trained runs every part."""
+    from jaxicl.experiments import algoformer as A
+    from jaxicl.experiments.report import count_verdicts
+
+    quick, trained = A.SIZES["quick"], A.SIZES["trained"]
+    assert A.parts_of(quick) == A.FIG2_TASKS and not quick.fig3
+    assert A.parts_of(trained) == A.PARTS and trained.fig3
+    ds2, _, _ = _algoformer_data()
+    checks = A._checks(quick, ds2, None, None)
+    for fig in ("Fig. 3", "Fig. 5"):
+        (row,) = [c for c in checks if c.claim.startswith(fig)]
+        assert row.verdict == "not applicable" and "--trained" in row.reason, row
+    assert count_verdicts(checks)["not applicable"] == 2 and count_verdicts(checks)["FAIL"] == 0
+    assert not any(c.claim.startswith(("Fig. 3", "Fig. 5")) and c.asserted for c in checks)
 
 
 # --- Gatmiry et al. ----------------------------------------------------------------------------------------------

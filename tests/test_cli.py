@@ -25,11 +25,15 @@ def test_unknown_name_is_an_error(capsys):
 
 # paper -> (the number of asserted checks at quick size, a data file, variables or dimensions it must hold)
 PAPERS = {
-    "zhang2023": (23, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
+    "zhang2023": (19, "thm42.nc", lambda ds: set(ds.dims) == {"case", "N", "M"}),
     "ahn2023": (22, "depth.nc", lambda ds: set(ds.data_vars) >= {"transformer", "gd", "preconditioned_gd", "ols"}),
     "gatmiry2024": (24, "fig1_gaussian_x.nc", lambda ds: set(ds.dims) >= {"kappa", "depth", "looped", "seed"}),
     "yang2024": (30, "fig4.nc", lambda ds: ds.sizes["heads"] == 9 and "excess" in ds),
-    "algoformer": (10, "fig5.nc", lambda ds: set(ds.data_vars) >= {"algoformer", "gd", "newton", "zero"}),
+    "algoformer": (
+        6,
+        "fig2.nc",
+        lambda ds: {"regression_algoformer", "ar_looped", "cot_standard"} <= set(ds.data_vars),
+    ),
 }
 
 
@@ -113,7 +117,11 @@ def test_algoformer_pipeline_trains_in_budget_slices_and_resumes_from_its_checkp
     assert len(list((tmp_path / "algoformer" / "checkpoints" / "quick").glob("*.ckpt"))) == 5
     rows = [r for r in (line.split(" | ") for line in report.splitlines() if line.startswith("| Fig")) if len(r) == 5]
     assert [(r[0], r[-1]) for r in rows if r[-1].startswith("not applicable")] == [
-        (f"| {claim}: every claim", f"not applicable: the part {part!r} is not in this run's `parts` |")
+        (
+            f"| {claim}: every claim",
+            f"not applicable: the part {part!r} is not in this run's `parts` (`--trained` and `--full` run every "
+            "part) |",
+        )
         for claim, part in (("Fig. 2 (ar)", "ar"), ("Fig. 2 (cot)", "cot"))
     ]
     written = sorted(p.name for p in (tmp_path / "algoformer").iterdir() if p.suffix in (".png", ".nc"))
@@ -261,19 +269,17 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
     results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
     assert started == ["zhang2023", "gatmiry2024"]  # the sum of its parts' times is zhang2023's
     assert [r.name for r in results] == names
-    # the parts of the AlgoFormer, of Ahn et al., of Yang et al. and of Zhang et al. are jobs of their own
+    # at quick the parts of the AlgoFormer, of Ahn et al. and of Yang et al. are jobs of their own; Zhang et al. runs
+    # whole (its Fig. 1 trains from --trained)
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
+        "zhang2023",
         "yang2024/transformers",
-        "zhang2023/fig1_N20",
-        "algoformer/fig5",
         "algoformer/regression",
-        "zhang2023/theory",
         "algoformer/cot",
         "ahn2023/fig1_2",
         "gatmiry2024",
         "algoformer/ar",
-        "zhang2023/fig1_N10",
         "ahn2023/fig3_4",
         "yang2024/theory",
         "ahn2023/theory",
@@ -335,7 +341,7 @@ def test_jobs_of_each_size_start_in_the_order_of_that_sizes_reference_run(tmp_pa
     jobs_module.record_seconds({"gatmiry2024": 1e6})  # this machine's quick run: it orders quick runs only
     quick, trained = jobs_module.reference_seconds("quick"), jobs_module.reference_seconds("trained")
     assert jobs_module.job_seconds("trained") == trained and jobs_module.job_seconds("full") == quick
-    jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
+    jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()), size="trained")]
     assert set(jobs) <= set(trained)  # every job measured
     order = jobs_module.longest_first(jobs, size="trained")
     assert order == sorted(jobs, key=lambda j: -trained[j]) != jobs_module.longest_first(jobs)
@@ -413,12 +419,12 @@ def test_a_paper_in_parts_refuses_an_unknown_part_and_assembles_only_from_every_
     import jaxicl.experiments as E
 
     module = E._modules([paper])[paper]
-    assert len(E._parts(module, "quick")) > 1
+    assert len(E._parts(module, "trained")) > 1  # (at quick size Zhang et al. runs whole: its Fig. 1 is not trained)
     with pytest.raises(ValueError, match=rf"unknown part\(s\) \['nosuch'\] of {paper}"):
-        module.run_parts(["nosuch"], "quick", tmp_path)
-    first = E.PartResult(paper, E._parts(module, "quick")[0], {})
+        module.run_parts(["nosuch"], "trained", tmp_path)
+    first = E.PartResult(paper, E._parts(module, "trained")[0], {})
     with pytest.raises(ValueError, match=rf"{paper}: the results of part\(s\) \[.+\] are missing"):
-        module.assemble("quick", tmp_path, [first])
+        module.assemble("trained", tmp_path, [first])
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads CPU time from /proc (Linux)")

@@ -221,8 +221,8 @@ def test_a_claim_whose_premise_fails_is_not_applicable_never_passed_or_failed():
         ("yang2024", {"fig3_Ns": [50, 250]}, r"fig3_Ns has N = \[250\] not below K = 200"),
         (
             "yang2024",
-            {"transformer.d_model": 40},
-            r"transformer\.d_model = 40 is not divisible by the head count\(s\) \[16\]",
+            {"transformer.d_model": 36},
+            r"transformer\.d_model = 36 is not divisible by the head count\(s\) \[8\]",
         ),
         ("zhang2023", {"gpt2.n_heads": 3}, r"gpt2\.d_model = 32 is not divisible by gpt2\.n_heads = 3"),
         ("algoformer", {"loops": [3, 5]}, r"loops: \[3, 5\] is not a \(T, ΔT\) with 0 ≤ ΔT ≤ T"),

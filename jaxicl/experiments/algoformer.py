@@ -103,6 +103,7 @@ class Config(Sized):
     seeds: int = 1  # independent trainings of every model (tasks, initialisations, prompts); trained claims need 3
     compute_dtype: str | None = None  # "bfloat16": mixed precision (float32 master weights and loss)
     parts: tuple = PARTS  # the parts to run (`PARTS`); the claims of those left out are "not applicable"
+    fig3: bool = True  # train Fig. 3's models beside the regression part; false: its claims are "not applicable"
     # curriculum (Garg et al. §3): the active input dimension grows by 1 and the scored examples by 2 every this many
     # steps, from a quarter of each to the task's full size; 0: none
     curriculum_every: int = 0
@@ -187,6 +188,8 @@ SETTINGS_DOCS = {
 # (`_fit`)
 FIG5_SETTINGS = ("fig5_loops", "fig5_steps", "fig5_curriculum_every", "sigmas", "iterations")
 FIG3_SETTINGS = ("fig3_steps",)
+# the settings that choose which figures a run computes, which no model reads: left out of every fingerprint
+RUN_SELECTION = ("parts", "fig3")
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
@@ -223,7 +226,10 @@ _QUICK = Config(
     fig5_curriculum_every=200,
 )
 SIZES = {
-    "quick": _QUICK,
+    # quick: Fig. 2's three tasks. Figs. 3 and 5, whose comparisons hold from 10,000 steps of their own models (below),
+    # are left to --trained: at quick their models (Fig. 5's needed 2,500 steps of their own to leave the loss's
+    # plateau) took about a seventh of the run's CPU time (benchmarks/README.md), for four rows "not reproduced"
+    "quick": dataclasses.replace(_QUICK, parts=FIG2_TASKS, fig3=False),
     # Fig. 2's CoT comparison held for each of three seeds at 3,000 steps (`jaxicl sweep --stage algoformer:cot --grid
     # steps=[3000] --grid seed=[0,1,2]`, docs/reports/trained-size; the regression one's margin there is within the
     # float rounding of training: `FIG2_ASSERTED_AT`), Fig. 5's at 10,000 (`jaxicl
@@ -318,11 +324,11 @@ def _fit(
     losses, steps/s) and appends the training result to ``runs``. With ``member_data``, ``model`` is an ensemble and
     ``key`` one key per member (``train(ensemble=True)``). The checkpoint's fingerprint holds every setting of
     ``cfg`` but the settings of the figures other than ``figure`` (the figure whose model this is: `FIG5_SETTINGS`,
-    `FIG3_SETTINGS`), which it never reads: a change to Fig. 5 leaves Figs. 2 and 3's checkpoints resumable, one to
-    Fig. 3's steps Figs. 2 and 5's. ``continues``: the checkpoint of this trajectory's first steps, trained by a
-    shorter run (Fig. 2's model, which Fig. 3 trains on for its own steps); a run without a checkpoint of its own
-    starts where that one ended (`continue_checkpoint`)."""
-    unread = {*(FIG5_SETTINGS if figure != 5 else ()), *(FIG3_SETTINGS if figure != 3 else ())}
+    `FIG3_SETTINGS`) and those that choose which figures run (`RUN_SELECTION`), which it never reads: a change to
+    Fig. 5 leaves Figs. 2 and 3's checkpoints resumable, one to Fig. 3's steps Figs. 2 and 5's. ``continues``: the
+    checkpoint of this trajectory's first steps, trained by a shorter run (Fig. 2's model, which Fig. 3 trains on
+    for its own steps); a run without a checkpoint of its own starts where that one ended (`continue_checkpoint`)."""
+    unread = {*RUN_SELECTION, *(FIG5_SETTINGS if figure != 5 else ()), *(FIG3_SETTINGS if figure != 3 else ())}
     config = {"run": label, **{k: str(v) for k, v in dataclasses.asdict(cfg).items() if k not in unread}}
     if continues is not None and continues.exists() and not ckpt.exists():
         if checkpoint_header(continues)["step"] <= cfg.steps:
@@ -732,6 +738,18 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
             )
         )
         checks.append(_fig3_check(cfg, ds3))
+    elif "regression" in cfg.parts and not cfg.fig3:
+        checks.append(
+            Check(
+                "Fig. 3: every claim",
+                "—",
+                "not run",
+                "—",
+                None,
+                applicable=False,
+                reason="`fig3` is off at these settings (`--trained` and `--full` train Fig. 3's models)",
+            )
+        )
     if ds5 is not None:
         checks += _fig5_checks(cfg, ds5)
     return checks + [
@@ -742,7 +760,7 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
             "—",
             None,
             applicable=False,
-            reason=f"the part {p!r} is not in this run's `parts`",
+            reason=f"the part {p!r} is not in this run's `parts` (`--trained` and `--full` run every part)",
         )
         for p in PARTS
         if p not in cfg.parts
@@ -913,7 +931,7 @@ def _part_runs(cfg: Config, part: str) -> int:
     return (
         len(cfg.fig5_loops)
         if part == "fig5"
-        else len(MODELS) + (len(_fig3_to_train(cfg)) if part == "regression" else 0)
+        else len(MODELS) + (len(_fig3_to_train(cfg)) if part == "regression" and cfg.fig3 else 0)
     )
 
 
@@ -948,7 +966,7 @@ def run_parts(
             ds2, tasks2, trained2 = fig2(cfg, jax.random.fold_in(key, 2), where, progress, budget, only=(part,))
             per_seed.append({"fig2": ds2})
             lap(f"Fig. 2 ({part}){after}")
-            if part == "regression":
+            if part == "regression" and cfg.fig3:
                 per_seed[-1]["fig3"] = fig3(
                     cfg,
                     jax.random.fold_in(key, 3),
@@ -987,7 +1005,9 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
     ds2 = xr.merge(fig2_parts, combine_attrs="drop_conflicts") if fig2_parts else None
     if ds2 is not None:
         ds2.attrs["status"] = least_complete([d.attrs["status"] for d in fig2_parts])
-    ds3, ds5 = (by_part[p].datasets[f] if p in by_part else None for p, f in (("regression", "fig3"), ("fig5", "fig5")))
+    ds3, ds5 = (
+        by_part[p].datasets.get(f) if p in by_part else None for p, f in (("regression", "fig3"), ("fig5", "fig5"))
+    )
     data = []
     for ds, name in ((ds2, "fig2.nc"), (ds3, "fig3.nc"), (ds5, "fig5.nc")):
         if ds is not None:
@@ -1010,10 +1030,10 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         "own models, the regression and AR tasks' at `--full` (at 3,000 steps the regression task's margin is within "
         "what the float rounding of training moves it); at a shorter training they are shown with their "
         'margins, "not reproduced" where they do not hold.'
-        + (
-            f" Fig. 3's models trained {fig3_config(cfg).steps:,} steps, Fig. 5's {fig5_config(cfg).steps:,}."
-            if (cfg.fig3_steps, cfg.fig5_steps) != (0, 0)
-            else ""
+        + "".join(
+            f" Fig. {n}'s models trained {own.steps:,} steps."
+            for n, own, ds in ((3, fig3_config(cfg), ds3), (5, fig5_config(cfg), ds5))
+            if ds is not None and own.steps != cfg.steps
         )
         + (f" Every model here trained from {cfg.seeds} seeds; the figures draw seed 0's." if cfg.seeds > 1 else ""),
     ]

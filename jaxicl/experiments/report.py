@@ -44,7 +44,8 @@ class Check:
     - ``passed`` None: **reported**: a measurement the paper makes no claim about. A paper's claim is never
       reported: it is asserted, or it is not reproduced where it fails;
     - not ``applicable``: **not applicable**: the claim's premise does not hold at this run's settings (e.g. a
-      theorem's condition on σ, after ``--set``); ``reason`` says which. Never asserted, whatever the numbers.
+      theorem's condition on σ, after ``--set``), or its models are not trained at this size (a part of the paper
+      that the size leaves to a larger one); ``reason`` says which. Never asserted, whatever the numbers.
 
     ``kind``: what an asserted row checks. ``"simulation"``: a number the simulation computed against the paper's
     prediction; a plausible bug of the simulation makes it FAIL (tests/test_mutations.py perturbs each such row's
@@ -294,7 +295,7 @@ def headline(checks) -> str:
     report's and the CLI's summary of ``checks``. The first two count the asserted checks of the simulation; the
     checks of the paper's formulas against each other are counted after the semicolon."""
     n = count_verdicts(checks)
-    na = f", {n['not applicable']} not applicable" if n["not applicable"] else ""  # only at changed settings
+    na = f", {n['not applicable']} not applicable" if n["not applicable"] else ""  # changed settings, parts not run
     formulas = (
         f"; formulas: {n['formulas pass']} pass, {n['formulas FAIL']} fail"
         if n["formulas pass"] + n["formulas FAIL"]
@@ -534,7 +535,8 @@ def render_markdown(results: list[PaperResult]) -> str:
         "asserted): a claim that holds where it is not asserted (its margin and the size where it is asserted "
         "are given); not reproduced: a claim this run contradicts where it is not asserted (the reason is given: "
         "the size, the training steps, an unfinished run); not applicable: a claim whose premise fails at "
-        "changed settings (the premise is given); reported: a measurement the paper makes no claim about. "
+        "changed settings, or whose models this size does not train (the reason is given); reported: a "
+        "measurement the paper makes no claim about. "
         "Formulas: a check of the paper's formulas against each other, which no bug of the simulation could "
         "fail, counted apart.",
         "",

@@ -592,7 +592,13 @@ def parts_of(cfg: Config) -> tuple[str, ...]:
     then `assemble`): the LSA's theory and simulations (§3–5), and Fig. 1's models of each training length N, one
     ensemble each (Fig. 1 is most of the paper's work, its longest N most of Fig. 1's: benchmarks/README.md); none
     without Fig. 1 (the paper then runs whole, in one process)."""
-    return () if cfg.gpt2 is None else (THEORY, *(_fig1_part(N) for N in cfg.gpt2.Ns))
+    return () if not _trains_fig1(cfg) else (THEORY, *(_fig1_part(N) for N in cfg.gpt2.Ns))
+
+
+def _trains_fig1(cfg: Config) -> bool:
+    """Whether a run at ``cfg`` trains Fig. 1's GPT-2 models: ``gpt2`` on (not ``--skip-transformers``) and
+    ``fig1``."""
+    return cfg.gpt2 is not None and cfg.fig1
 
 
 def run_parts(
@@ -611,7 +617,7 @@ def run_parts(
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise ValueError(f"unknown part(s) {unknown} of {NAME} at these settings; one of {list(known)}.")
-    fig1_Ns = {_fig1_part(N): N for N in (cfg.gpt2.Ns if cfg.gpt2 is not None else ())}
+    fig1_Ns = {_fig1_part(N): N for N in (cfg.gpt2.Ns if _trains_fig1(cfg) else ())}
     plan(budget, sum(p in fig1_Ns for p in parts))
     results = []
     for part in parts:
@@ -667,7 +673,19 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
     theory = by_part[THEORY]
     checks, notes, datasets, partial = list(theory.checks), list(theory.notes), dict(theory.datasets), {}
     used = [theory]
-    if cfg.gpt2 is not None:
+    if cfg.gpt2 is not None and not cfg.fig1:
+        checks.append(
+            Check(
+                "Fig. 1 (GPT-2): every claim",
+                "—",
+                "not run",
+                "—",
+                None,
+                applicable=False,
+                reason="`fig1` is off at these settings (`--trained` and `--full` train Fig. 1's models)",
+            )
+        )
+    if _trains_fig1(cfg):
         g = cfg.gpt2
         used += [by_part[_fig1_part(N)] for N in g.Ns]
         ds1 = datasets["fig1_gpt2"] = join_fig1([p.datasets["fig1_gpt2"] for p in used[1:]])
@@ -692,7 +710,7 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         save_dataset(ds, out / NAME / f"{nm}.nc")
         data.append(f"{NAME}/{nm}.nc")
     figures = _figures(out, *(datasets[k] for k in ("flow", "thm42", "shifts", "random_cov")))
-    if cfg.gpt2 is not None:
+    if _trains_fig1(cfg):
         figures.append(_fig1_figure(out, ds1, lsa))
         if status != "complete":
             partial[figures[-1]] = status
