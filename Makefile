@@ -3,10 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= jaxicl-report
-# papers run at once by `make reproduce`, each in its own process, longest first (`jaxicl reproduce --jobs`). Three on
-# two cores: the third keeps both busy while a process starts, compiles alone or ends (194 % against 188 % busy, the same
-# CPU-seconds, 2.8 % shorter in two pairs of clean-clone runs on the 2-core VM; benchmarks/README.md)
-JOBS ?= 3
+# processes run at once by `make reproduce`, longest first (`jaxicl reproduce --jobs`): one per core. A process more
+# than cores time-shares them, and the same models then took more CPU time (benchmarks/README.md)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: reproduce test test-slow bench docs notebooks clean
 

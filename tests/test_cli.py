@@ -251,10 +251,10 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
     monkeypatch.setattr(jobs_module, "job_seconds", jobs_module.reference_seconds)  # not this machine's last run
     assert jobs_module.longest_first(["gatmiry2024", "ahn2023", "unknown", "yang2024", "algoformer", "zhang2023"]) == [
         "algoformer",
-        "zhang2023",
-        "yang2024",
         "ahn2023",
+        "yang2024",
         "gatmiry2024",
+        "zhang2023",
         "unknown",
     ]
     started = []
@@ -265,25 +265,25 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    names = ["gatmiry2024", "zhang2023"]  # papers that run whole (Zhang et al.'s without Fig. 1; the others in parts)
+    names = ["zhang2023", "gatmiry2024"]  # papers that run whole (Zhang et al.'s without Fig. 1; the others in parts)
     results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
-    assert started == ["zhang2023", "gatmiry2024"]  # the sum of its parts' times is zhang2023's
+    assert started == ["gatmiry2024", "zhang2023"]
     assert [r.name for r in results] == names
     # at quick the parts of the AlgoFormer, of Ahn et al. and of Yang et al. are jobs of their own; Zhang et al. runs
     # whole (its Fig. 1 trains from --trained)
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
-        "zhang2023",
+        "gatmiry2024",
         "yang2024/transformers",
+        "zhang2023",
         "algoformer/regression",
         "algoformer/cot",
-        "ahn2023/fig1_2",
-        "gatmiry2024",
         "algoformer/ar",
+        "ahn2023/fig1_2",
         "ahn2023/fig3_4",
         "yang2024/theory",
-        "ahn2023/theory",
         "ahn2023/sweeps",
+        "ahn2023/theory",
     ]
 
 
@@ -294,7 +294,7 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     import jaxicl.experiments as E
 
     reference = jobs_module.reference_seconds()
-    assert reference["zhang2023/theory"] > reference["gatmiry2024"]  # the shipped data, with its machine and date
+    assert reference["yang2024/transformers"] > reference["ahn2023/fig1_2"]  # the shipped data, its machine and date
     shipped = __import__("json").loads(jobs_module.REFERENCE.read_text())
     assert all({"machine", "date", "commit", "measured", "seconds"} <= set(run) for run in shipped.values())
     monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
@@ -302,13 +302,13 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     jobs_module.record_seconds({"gatmiry2024": 900.0})
     jobs_module.record_seconds({"ahn2023": 1.0})  # merged with the first record
     assert (tmp_path / jobs_module.LOCAL_NAME).is_file()
-    assert jobs_module.longest_first(["zhang2023", "gatmiry2024", "ahn2023"]) == ["gatmiry2024", "zhang2023", "ahn2023"]
+    assert jobs_module.longest_first(["yang2024", "gatmiry2024", "ahn2023"]) == ["gatmiry2024", "yang2024", "ahn2023"]
     (tmp_path / jobs_module.LOCAL_NAME).write_text("not json")  # unreadable: the reference again
     assert jobs_module.job_seconds() == reference
     # entries that are not seconds are left out (a string made every --jobs run a TypeError)
     (tmp_path / jobs_module.LOCAL_NAME).write_text('{"seconds": {"zhang2023": "slow", "ahn2023": NaN, "yang2024": -1}}')
     assert jobs_module.job_seconds() == reference
-    assert jobs_module.longest_first(["zhang2023", "gatmiry2024"]) == ["zhang2023", "gatmiry2024"]
+    assert jobs_module.longest_first(["gatmiry2024", "yang2024"]) == ["yang2024", "gatmiry2024"]
     # a whole quick --jobs run records its jobs' wall times (here two stand-in processes)
     import pickle
     import sys
@@ -401,7 +401,7 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
     assert E.runs_in_processes(["parted"], jobs=2) and not E.runs_in_processes(["parted"], jobs=1)
     names = ["zhang2023", "parted", "gatmiry2024"]  # Zhang et al.'s without Fig. 1: one process
     results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
-    assert started == ["parted/long", "zhang2023", "gatmiry2024", "parted/short"]
+    assert started == ["parted/long", "gatmiry2024", "zhang2023", "parted/short"]
     assert assembled == [["long", "short"]]
     assert [r.name for r in results] == names and [c.passed for c in results[1].checks] == [True, False]
     assert (
