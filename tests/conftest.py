@@ -14,21 +14,31 @@ def random_spd(key, d, floor=0.5):
     return a @ a.T / d + floor * jax.numpy.eye(d)
 
 
+# Where JAX runs on the CPU alone the default suite compiles with XLA:CPU's cheapest settings, not the command's
+# (`jaxicl.runtime.xla_options.CPU_XLA_FLAGS`): LLVM at optimisation level 0, and fusions emitted by the elemental IR
+# emitter instead of the fusion emitters. Its time is mostly compilation of programs that run for milliseconds, and
+# these settings cut it by about a third. The command keeps its own, under which its training kernels run faster
+# (benchmarks/README.md, "Findings behind the library's settings"); so do the slow tests, which run it at quick size.
+TESTS_CPU_XLA_FLAGS = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+
+
 def pytest_configure(config):
-    """The tests compile as the command does: with its XLA options (:func:`jaxicl.runtime.xla_options.default_xla_flags`;
-    where JAX runs on the CPU alone, LLVM at optimisation level 1 instead of XLA's 3), set before any test starts JAX's
-    backend, for the whole session and the processes the tests start. The suite's time is mostly compilation of
-    programs that run for milliseconds, and level 1 compiles the large ones faster (the ahn2023 programs of
-    test_xla_cpu.py: 83 -> 65 s of CPU). Under pytest-xdist, each worker starts XLA:CPU with its share of the cores
-    as intra-op threads (cores // workers), as ``jaxicl reproduce --jobs`` does for its processes
-    (:func:`jaxicl.runtime.xla_options.size_cpu_thread_pool`)."""
+    """The tests' XLA options, set before any test starts JAX's backend, for the whole session and the processes the
+    tests start: the command's (:func:`jaxicl.runtime.xla_options.default_xla_flags`), with `TESTS_CPU_XLA_FLAGS`
+    for the CPU's in the default selection (``-m 'not slow'``; any other, e.g. ``make test-slow``, compiles as the
+    command does). A flag already named in $XLA_FLAGS is left as it is. Under pytest-xdist, each worker starts XLA:CPU
+    with its share of the cores as intra-op threads (cores // workers), as ``jaxicl reproduce --jobs`` does for its
+    processes (:func:`jaxicl.runtime.xla_options.size_cpu_thread_pool`)."""
     import contextlib
     import os
 
     from jaxicl.runtime import xla_options
 
     options = contextlib.ExitStack()
-    options.enter_context(xla_options.default_xla_flags())
+    default_selection = config.getoption("markexpr") == "not slow"
+    options.enter_context(
+        xla_options.default_xla_flags(TESTS_CPU_XLA_FLAGS if default_selection else xla_options.CPU_XLA_FLAGS)
+    )
     config.add_cleanup(options.close)
     _isolate_the_compilation_cache(config)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -743,8 +743,9 @@ def test_jobs_processes_share_a_gpu_by_allocating_their_share_of_its_memory_as_n
 
 
 def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_cpu_alone(monkeypatch):
-    """The command adds its XLA options to $XLA_FLAGS unless the user named them; LLVM's optimisation level 1 only
-    where JAX can only use the CPU ($JAX_PLATFORMS, or no accelerator plugin installed)."""
+    """The command adds its XLA options to $XLA_FLAGS unless the user named them; LLVM's optimisation level 1 (or
+    the CPU options given, as the tests give theirs) only where JAX can only use the CPU ($JAX_PLATFORMS, or no
+    accelerator plugin installed)."""
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     with xla_options.default_xla_flags():
@@ -757,6 +758,13 @@ def test_default_xla_flags_add_fast_cpu_compilation_only_where_jax_runs_on_the_c
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's choice stays
     with xla_options.default_xla_flags():
         assert os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=3", "--xla_gpu_autotune_level=0"]
+        # the tests' own CPU options (conftest.py's TESTS_CPU_XLA_FLAGS), under the same rule
+        with xla_options.default_xla_flags({"--xla_backend_optimization_level": "0", "--xla_cpu_foo": "false"}):
+            assert os.environ["XLA_FLAGS"].split() == [
+                "--xla_backend_optimization_level=3",
+                "--xla_gpu_autotune_level=0",
+                "--xla_cpu_foo=false",
+            ]
     for platforms in ("cuda", "cpu,cuda", "tpu"):
         monkeypatch.setenv("JAX_PLATFORMS", platforms)
         monkeypatch.delenv("XLA_FLAGS", raising=False)

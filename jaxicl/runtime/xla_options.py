@@ -34,16 +34,17 @@ def cpu_only() -> bool:
 
 
 @contextlib.contextmanager
-def default_xla_flags():
-    """Within the block, DEFAULT_XLA_FLAGS (and CPU_XLA_FLAGS where `cpu_only`) are added to $XLA_FLAGS, each
-    unless already named there (read when JAX creates its backend, i.e. before any computation, and by the processes
-    the command starts); after it, $XLA_FLAGS is as it was (a test that calls `main` leaves no flags behind
-    for the processes it starts later)."""
+def default_xla_flags(cpu_flags: dict = CPU_XLA_FLAGS):
+    """Within the block, DEFAULT_XLA_FLAGS (and ``cpu_flags``, the command's CPU_XLA_FLAGS unless given, where
+    `cpu_only`) are added to $XLA_FLAGS, each unless already named there (read when JAX creates its backend, i.e.
+    before any computation, and by the processes the command starts); after it, $XLA_FLAGS is as it was (a test that
+    calls `main` leaves no flags behind for the processes it starts later). The tests give their own ``cpu_flags``
+    (tests/conftest.py)."""
     import os
 
     before = os.environ.get("XLA_FLAGS")
     flags = before or ""
-    defaults = {**DEFAULT_XLA_FLAGS, **(CPU_XLA_FLAGS if cpu_only() else {})}
+    defaults = {**DEFAULT_XLA_FLAGS, **(cpu_flags if cpu_only() else {})}
     extra = [f"{k}={v}" for k, v in defaults.items() if k not in flags]
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
