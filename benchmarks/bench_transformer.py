@@ -33,7 +33,8 @@ Run: ``python benchmarks/bench_transformer.py [--config quick|paper|both] [--rep
 [--dtype float32|bfloat16] [--unroll auto|on|off] [--autotune-level N] [--ensemble K|auto[,...]] [--peak-tflops P]``
 (chunk default: 20 steps at quick size, 2
 at paper size). The results are recorded as ``bench_transformer`` (``benchmarks/results.py``), one row per model,
-size, compute dtype and ensemble size.
+size, compute dtype and ensemble size; a run under ``$XLA_FLAGS`` (XLA:CPU's compiler options, say) is its own
+variant, named with them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import tempfile
 import time
 
@@ -223,7 +225,8 @@ def run_configs(args, compute):
                     rows,
                     variant=f"{args.config} {args.dtype} {args.only or 'all'} "
                     f"ensemble {','.join(map(str, args.ensemble))}"
-                    + (f" batch-members {args.batch_members}" if args.batch_members else ""),
+                    + (f" batch-members {args.batch_members}" if args.batch_members else "")
+                    + (f" XLA_FLAGS {os.environ['XLA_FLAGS']}" if os.environ.get("XLA_FLAGS") else ""),
                 )
 
 
