@@ -68,6 +68,22 @@ def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys
         (["yang2024", "--set", "transformer.lr=0.1", "--skip-transformers"], "transformer.lr: transformer is off"),
         (["algoformer", "--set", "lr=0.1", "--skip-transformers"], "settings given for algoformer, which this run"),
         (["gatmiry2024", "--set", "fig2_windows=[1.5]"], "settings that contradict each other: fig2_windows [1.5]"),
+        (
+            ["zhang2023", "--set", "gpt2.steps=10"],
+            "changed settings that this run never reads: gpt2.steps (Fig. 1's models train only with `fig1` on",
+        ),
+        (
+            ["algoformer", "--set", "fig5_steps=10"],
+            "changed settings that this run never reads: fig5_steps (the part 'fig5' is not in `parts`)",
+        ),
+        (
+            ["algoformer", "--set", "eval_loops=30"],
+            "changed settings that this run never reads: eval_loops (Fig. 3's models train only with `fig3` on",
+        ),
+        (
+            ["algoformer", "--set", 'parts=["ar"]', "--set", "cot_N=4"],
+            "changed settings that this run never reads: cot_N (the part 'cot' is not in",
+        ),
     ]:
         assert cli.main(["reproduce", *argv, "--no-cache", "--out", str(tmp_path / "o")]) == 2
         assert f"jaxicl: {message}" in capsys.readouterr().err
@@ -312,3 +328,28 @@ def test_every_paper_has_the_three_sizes_and_trains_at_least_as_long_from_one_to
     for key in longer:
         q, t, f = (flat[size][key] for size in settings.SIZE_NAMES)
         assert q <= t <= f, (key, q, t, f)
+
+
+@pytest.mark.parametrize("name", available())
+def test_the_settings_a_run_never_reads_are_its_own_and_every_size_past_quick_reads_them_all(name):
+    """`Config.unread` names settings of the paper (a field, or a nested config's name), and only where a figure is
+    switched off: --trained and --full run every figure, so they read every setting; quick leaves Fig. 1 of Zhang et
+    al. and the AlgoFormer's Figs. 3 and 5 to --trained, so a change to their settings there is refused."""
+    module = _modules([name])[name]
+    for size in settings.SIZE_NAMES:
+        cfg = module.SIZES[size]
+        fields = {k.split(".")[0] for k in settings.flat(cfg)} | set(settings.flat(cfg))
+        assert set(cfg.unread()) <= fields, (size, set(cfg.unread()) - fields)
+        assert size == "quick" or not cfg.unread(), (size, cfg.unread())
+    quick = set(module.SIZES["quick"].unread())
+    expected = {"zhang2023": {"gpt2"}, "algoformer": {"sigmas", "fig3_steps", "eval_loops", "fig5_steps"}}
+    assert expected.get(name, set()) <= quick and bool(quick) == (name in expected), quick
+    # switching the figure on makes them read, and the change is then kept (`jaxicl reproduce --set fig1=true ...`)
+    on = {
+        "zhang2023": {"fig1": True, "gpt2.steps": 10},
+        "algoformer": {"fig3": True, "parts": ["regression", "ar", "cot", "fig5"]},
+    }
+    if name in on:
+        changed = settings.apply(module.SIZES["quick"], on[name])
+        assert not changed.unread()
+        settings.refuse_unread(changed, module.SIZES["quick"])

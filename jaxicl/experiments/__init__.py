@@ -84,7 +84,8 @@ def effective_settings(modules: dict, size: str, overrides: dict | None, transfo
     checked (`SettingsError` naming the setting), for every paper in
     ``modules``; None for a paper without overrides (it runs at ``size``). Checked before any work. Without
     ``transformers``, a paper's ``TRANSFORMER_SETTINGS`` (the nested config of its transformers) are off: setting
-    one is an error."""
+    one is an error, as is changing any setting that the run at the new settings never reads
+    (`settings.refuse_unread`: a figure switched off)."""
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(modules))
     if unknown:
@@ -94,10 +95,12 @@ def effective_settings(modules: dict, size: str, overrides: dict | None, transfo
         off = None if transformers else getattr(module, "TRANSFORMER_SETTINGS", None)
         return module.SIZES[size] if off is None else dataclasses.replace(module.SIZES[size], **{off: None})
 
-    return {
-        name: settings.apply(base(module), overrides[name]) if overrides.get(name) else None
-        for name, module in modules.items()
-    }
+    def changed(module, values):
+        cfg = settings.apply(base(module), values)
+        settings.refuse_unread(cfg, base(module))
+        return cfg
+
+    return {name: changed(module, overrides[name]) if overrides.get(name) else None for name, module in modules.items()}
 
 
 def _run_with_settings(module, size: str, config, call):

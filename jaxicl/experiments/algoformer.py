@@ -50,6 +50,7 @@ from .report import (
     learned_check,
     least_complete,
     mark_partial,
+    not_run,
     paper_claim,
     partial_status,
     relative_margin,
@@ -134,6 +135,17 @@ class Config(Sized):
             ),
         }
 
+    def unread(self) -> dict[str, str]:
+        out = {}
+        for part, keys in PART_SETTINGS.items():
+            if part not in self.parts:
+                out |= dict.fromkeys(keys, f"the part {part!r} is not in `parts`")
+        if "regression" in self.parts and not self.fig3:
+            out |= dict.fromkeys(
+                PART_SETTINGS["regression"], "Fig. 3's models train only with `fig3` on: add `--set fig3=true`"
+            )
+        return out
+
     def contradictions(self) -> list[str]:
         out = []
         for key, pairs in (("loops", (self.loops,)), ("fig3_loops", self.fig3_loops), ("fig5_loops", self.fig5_loops)):
@@ -188,6 +200,14 @@ SETTINGS_DOCS = {
 # (`_fit`)
 FIG5_SETTINGS = ("fig5_loops", "fig5_steps", "fig5_curriculum_every", "sigmas", "iterations")
 FIG3_SETTINGS = ("fig3_steps",)
+# the settings that only one part (`PARTS`) reads, the regression part's those of Fig. 3's models (trained with it,
+# under `Config.fig3`): a run without that part refuses a change to them (`Config.unread`)
+PART_SETTINGS = {
+    "ar": ("ar_d", "ar_q", "ar_N", "ar_gain"),
+    "cot": ("cot_d", "cot_depth", "cot_N"),
+    "fig5": FIG5_SETTINGS,
+    "regression": ("fig3_loops", "eval_loops", *FIG3_SETTINGS),
+}
 # the settings that choose which figures a run computes, which no model reads: left out of every fingerprint
 RUN_SELECTION = ("parts", "fig3")
 
@@ -740,27 +760,13 @@ def _checks(cfg: Config, ds2, ds3, ds5) -> list[Check]:
         checks.append(_fig3_check(cfg, ds3))
     elif "regression" in cfg.parts and not cfg.fig3:
         checks.append(
-            Check(
-                "Fig. 3: every claim",
-                "—",
-                "not run",
-                "—",
-                None,
-                applicable=False,
-                reason="`fig3` is off at these settings (`--trained` and `--full` train Fig. 3's models)",
-            )
+            not_run("Fig. 3", "`fig3` is off at these settings (`--trained` and `--full` train Fig. 3's models)")
         )
     if ds5 is not None:
         checks += _fig5_checks(cfg, ds5)
     return checks + [
-        Check(
-            f"{PART_CLAIMS[p]}: every claim",
-            "—",
-            "not run",
-            "—",
-            None,
-            applicable=False,
-            reason=f"the part {p!r} is not in this run's `parts` (`--trained` and `--full` run every part)",
+        not_run(
+            PART_CLAIMS[p], f"the part {p!r} is not in this run's `parts` (`--trained` and `--full` run every part)"
         )
         for p in PARTS
         if p not in cfg.parts

@@ -282,6 +282,12 @@ def premise(holds: bool, reason: str) -> dict:
     return {} if holds else {"applicable": False, "reason": reason}
 
 
+def not_run(claims: str, reason: str) -> Check:
+    """The one "not applicable" row that stands for every claim of ``claims`` (a figure, a part) that a run leaves out
+    at its settings, with the ``reason`` (the setting that leaves them out, and the sizes that run them)."""
+    return Check(f"{claims}: every claim", "—", "not run", "—", None, applicable=False, reason=reason)
+
+
 def count_verdicts(checks) -> dict[str, int]:
     """How many checks fall in each category of the headline (`COUNTED`, zeros included)."""
     counts = dict.fromkeys(COUNTED, 0)

@@ -42,6 +42,11 @@ class Consistent:
         refused when it is made (``--set``, ``--config``, ``dataclasses.replace``), before any work."""
         return []
 
+    def unread(self) -> dict[str, str]:
+        """The settings that a reproduction at these settings never reads (a field's name; a nested config's name for
+        all its fields) -> why, naming the setting that would read them: `refuse_unread` refuses a change to one."""
+        return {}
+
     def largest_arrays(self) -> dict[str, int]:
         """The largest arrays a run with these settings builds, from their shapes: what -> bytes (several arrays of
         one kind counted together). An estimate of what the run holds at once, from below: `apply` refuses settings
@@ -292,6 +297,17 @@ def differences(cfg, reference) -> dict[str, tuple[Any, Any]]:
     """The settings in which ``cfg`` differs from ``reference`` (the paper's size): key -> (value, reference value)."""
     a, b = flat(cfg), flat(reference) if reference is not None else {}
     return {k: (v, b.get(k)) for k, v in a.items() if b.get(k) != v}
+
+
+def refuse_unread(cfg, reference) -> None:
+    """A SettingsError naming each setting in which ``cfg`` (a reproduction's settings, overrides applied) differs from
+    ``reference`` (those before them) and that a reproduction at ``cfg`` never reads (`Consistent.unread`): such a
+    change would be recorded in the report as one of its settings while no number depends on it."""
+    unread = cfg.unread() if isinstance(cfg, Consistent) else {}
+    ignored = [(k, unread.get(k, unread.get(k.split(".")[0]))) for k in differences(cfg, reference)]
+    ignored = [f"{k} ({why})" for k, why in ignored if why]
+    if ignored:
+        raise SettingsError(f"changed settings that this run never reads: {'; '.join(ignored)}.")
 
 
 def toml_value(value) -> str:

@@ -33,6 +33,7 @@ from ..report import (
     lap_timer,
     mark_partial,
     mc_check,
+    not_run,
     paper_claim,
     powered_mean_and_se,
     save_dataset,
@@ -675,14 +676,8 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
     used = [theory]
     if cfg.gpt2 is not None and not cfg.fig1:
         checks.append(
-            Check(
-                "Fig. 1 (GPT-2): every claim",
-                "—",
-                "not run",
-                "—",
-                None,
-                applicable=False,
-                reason="`fig1` is off at these settings (`--trained` and `--full` train Fig. 1's models)",
+            not_run(
+                "Fig. 1 (GPT-2)", "`fig1` is off at these settings (`--trained` and `--full` train Fig. 1's models)"
             )
         )
     if _trains_fig1(cfg):

@@ -67,6 +67,10 @@ class Config(Sized):
     fig1: bool = True  # train Fig. 1's GPT-2 models (``gpt2``); false: its claims are one "not applicable" row
     seed: int = 0
 
+    def unread(self) -> dict[str, str]:
+        on = self.gpt2 is None or self.fig1
+        return {} if on else {"gpt2": "Fig. 1's models train only with `fig1` on: add `--set fig1=true`"}
+
     def largest_arrays(self) -> dict[str, int]:
         e = self.d + 1  # the embedding's rows
         block = 16384  # Monte-Carlo prompts drawn at a time (`predictions`)
