@@ -96,8 +96,9 @@ def effective_settings(modules: dict, size: str, overrides: dict | None, transfo
         return module.SIZES[size] if off is None else dataclasses.replace(module.SIZES[size], **{off: None})
 
     def changed(module, values):
-        cfg = settings.apply(base(module), values)
-        settings.refuse_unread(cfg, base(module))
+        before = base(module)
+        cfg = settings.apply(before, values)
+        settings.refuse_unread(cfg, before)
         return cfg
 
     return {name: changed(module, overrides[name]) if overrides.get(name) else None for name, module in modules.items()}
