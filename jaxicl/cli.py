@@ -76,7 +76,7 @@ def _overrides(args, names: list[str]) -> dict | None:
 
 
 def _cmd_reproduce(args) -> int:
-    from .experiments import _modules, available, effective_settings
+    from .experiments import _modules, available, effective_settings, nothing_to_plan
     from .experiments.settings import SettingsError
 
     names = args.names or available()
@@ -89,11 +89,17 @@ def _cmd_reproduce(args) -> int:
     size = _size(args)
     try:  # every setting checked before any work
         overrides = _overrides(args, names)
-        configs = effective_settings(
-            _modules(names, not args.skip_transformers), size, overrides, not args.skip_transformers
-        )
+        modules = _modules(names, not args.skip_transformers)
+        configs = effective_settings(modules, size, overrides, not args.skip_transformers)
     except SettingsError as e:
         print(f"jaxicl: {e}", file=sys.stderr)
+        return 2
+    if args.plan and (why := nothing_to_plan(modules, configs, size, not args.skip_transformers)):
+        print(
+            f"jaxicl: --plan times the transformers' training, and this run trains none ({why}): without --plan "
+            "it runs as it is",
+            file=sys.stderr,
+        )
         return 2
     if args.budget is not None and not args.budget > 0:
         print(f"jaxicl: --budget must be a positive number of minutes, got {args.budget}", file=sys.stderr)

@@ -199,6 +199,25 @@ def test_a_partial_run_asserts_nothing_but_keeps_its_verdicts():
     assert rows[1].status == (
         "not reproduced: training partial, step 2 of 4; asserted at `the same command, run to its end`"
     )
+    md = report.render_markdown([report.PaperResult("p", "t", "quick", rows, ["f.png"], [], partial={"f.png": "s"})])
+    assert "*Drawn from a partial run (s): run the same command again to resume training;" in md
+
+
+def test_a_plan_says_that_its_partial_figures_hold_the_steps_it_timed_and_that_a_run_without_it_trains():
+    """``--plan`` trains a few steps of each model to time them (`jaxicl.runtime.planning`) and writes no checkpoint:
+    its partial figures are not resumed by running the same command again, but trained by a run without ``--plan``."""
+    from jaxicl.runtime.planning import planning
+
+    with planning():
+        (row,) = mark_partial([Check("b", "", "", "", False)], "partial, step 8 of 500")
+    assert (
+        row.status == "not reproduced: training partial, step 8 of 500; asserted at `the same command without --plan`"
+    )
+    md = report.render_markdown(
+        [report.PaperResult("p", "t", "quick", [row], ["f.png"], [], partial={"f.png": "step 8"}, planned=True)]
+    )
+    assert "*Drawn from the few steps that `--plan` trained to time them (step 8): the same command without " in md
+    assert "run the same command again" not in md
 
 
 def test_monte_carlo_power_and_checks():

@@ -197,6 +197,34 @@ def test_jobs_must_be_positive(capsys):
     assert "--jobs must be a positive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["ahn2023", "gatmiry2024"], "(ahn2023 trains no transformer; gatmiry2024 trains no transformer)"),
+        (["zhang2023"], "(zhang2023: Fig. 1's models train only with `fig1` on: add `--set fig1=true`)"),
+        (["yang2024", "--skip-transformers"], "(--skip-transformers leaves out every transformer)"),
+    ],
+)
+def test_a_plan_that_would_time_no_training_is_refused_before_any_work(args, why, tmp_path, capsys, monkeypatch):
+    """``--plan`` times the transformers' training and runs every other stage in full: where no transformer trains
+    (papers that train none, Zhang et al. at quick size with Fig. 1 off, ``--skip-transformers``) it would plan
+    nothing after minutes of work, so it is refused, saying why; no paper starts."""
+    from jaxicl import experiments
+
+    monkeypatch.setattr(experiments, "_run_with_settings", lambda *a, **k: pytest.fail("a paper started"))
+    out = tmp_path / "out"
+    assert cli.main(["reproduce", *args, "--plan", "--out", str(out), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert f"jaxicl: --plan times the transformers' training, and this run trains none {why}" in err
+    assert not out.exists()
+    # the library refuses it too; with Fig. 1 on, Zhang et al. has a training to time
+    with pytest.raises(ValueError, match="trains no transformer to time"):
+        experiments.reproduce(["ahn2023"], out=out, plan=True)
+    modules = experiments._modules(["zhang2023"])
+    configs = experiments.effective_settings(modules, "quick", {"zhang2023": {"fig1": True}})
+    assert experiments.nothing_to_plan(modules, configs, "quick") is None
+
+
 def _fake_paper(name, passed=True):
     from jaxicl.experiments import Check, PaperResult
 

@@ -152,6 +152,26 @@ def runs_in_processes(
     return jobs > 1 and len(_jobs(_modules(names, transformers), configs, size, transformers)) > 1
 
 
+def nothing_to_plan(modules: dict, configs: dict, size: str, transformers: bool = True) -> str | None:
+    """Why ``--plan`` would time no training in a run of ``modules`` at ``size`` and their effective settings
+    (``configs``: name -> Config or None, `effective_settings`), or None where some paper trains transformers there.
+    ``--plan`` times only the softmax transformers' training (`jaxicl.runtime.planning`); where none trains, it would
+    run every other stage in full and plan nothing."""
+    if not transformers:
+        return "--skip-transformers leaves out every transformer"
+    why = []
+    for name, module in modules.items():
+        unread = (configs.get(name) or module.SIZES[size]).unread()
+        field = getattr(module, "TRANSFORMER_SETTINGS", None)
+        if not _trains(module):
+            why.append(f"{name} trains no transformer")
+        elif field in unread:  # a figure switched off (Zhang et al.'s Fig. 1 at quick size)
+            why.append(f"{name}: {unread[field]}")
+        else:
+            return None
+    return "; ".join(why)
+
+
 def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 1) -> None:
     where = "" if processes == 1 else f" over {processes} processes"
     print(
@@ -161,7 +181,8 @@ def _print_summary(name: str, res: PaperResult, timing: Stage, processes: int = 
         flush=True,
     )
     for fig, status in res.partial.items():
-        print(f"[jaxicl] {name}: {fig} is {status}; run the same command again to resume", flush=True)
+        then = "timed by --plan" if res.planned else "run the same command again to resume"
+        print(f"[jaxicl] {name}: {fig} is {status}; {then}", flush=True)
 
 
 def reproduce_part(
@@ -243,6 +264,8 @@ def reproduce(
     out = Path(out)
     modules = _modules(names, transformers)
     configs = effective_settings(modules, size, overrides, transformers)
+    if plan and (why := nothing_to_plan(modules, configs, size, transformers)):
+        raise ValueError(f"plan: this run trains no transformer to time ({why}).")
     with staged_results(out):  # out's results are replaced once this run's are complete
         end = None if budget_minutes is None else time.time() + 60 * budget_minutes
         if runs_in_processes(names, jobs, transformers, configs, size) and not plan:
@@ -265,6 +288,7 @@ def reproduce(
                     configs[name],
                     lambda **c: module.run(size=size, out=out, progress=progress, **kwargs, **c),
                 )
+            res.planned = plan
             if planned:
                 table = plan_markdown(planned, budget_minutes)
                 res.notes.append(

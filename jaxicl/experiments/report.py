@@ -14,6 +14,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .._io import atomic_output
+from ..runtime import planning
 from ..runtime.profiling import Stage, StageTimer, total
 
 VERDICTS = ("pass", "FAIL", "not reproduced", "not applicable", "reported")
@@ -388,6 +389,7 @@ class PaperResult:
     stages: list[Stage] = dataclasses.field(default_factory=list)  # where the time went (compile vs run)
     partial: dict[str, str] = dataclasses.field(default_factory=dict)  # figure -> "partial, step s of S"
     settings: dict = dataclasses.field(default_factory=dict)  # setting -> (value, the size's value), where changed
+    planned: bool = False  # run under `--plan`: its partial figures hold only the steps that timed the training
 
     @property
     def complete(self) -> bool:
@@ -570,7 +572,13 @@ def render_markdown(results: list[PaperResult]) -> str:
             lines += [note, ""]
         for fig in r.figures:
             lines += [f"![{Path(fig).stem}]({fig})", ""]
-            if fig in r.partial:
+            if fig in r.partial and r.planned:
+                lines += [
+                    f"*Drawn from the few steps that `--plan` trained to time them ({r.partial[fig]}): the same "
+                    "command without `--plan` trains the models, and asserts their claims once it completes.*",
+                    "",
+                ]
+            elif fig in r.partial:
                 lines += [
                     f"*Drawn from a partial run ({r.partial[fig]}): run the same command again to resume "
                     "training; its claims are not asserted until it completes.*",
@@ -621,16 +629,19 @@ def least_complete(statuses) -> str:
 
 def mark_partial(checks: list[Check], status: str | None) -> list[Check]:
     """Checks of a figure drawn from partially trained models, labelled with ``status``: its claims not asserted
-    (each passes, or is "not reproduced" for the partial run), its measurements reported as they are."""
+    (each passes, or is "not reproduced" for the partial run), its measurements reported as they are. Under
+    `jaxicl.runtime.planning` (``--plan``: a few steps, trained to time them) such a claim is asserted by the same
+    command without ``--plan``, else by the same command run to its end."""
     if status is None:
         return checks
+    where = "the same command without --plan" if planning.active() is not None else "the same command, run to its end"
     return [
         dataclasses.replace(
             c,
             claim=f"{c.claim} [{status}]",
             asserted=False,
             reason=c.reason or f"training {status}",
-            asserted_at=c.asserted_at or "the same command, run to its end",
+            asserted_at=c.asserted_at or where,
         )
         for c in checks
     ]

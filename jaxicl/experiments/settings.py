@@ -10,7 +10,9 @@ at that size:
 - an unknown key is an error listing the allowed keys and the closest one;
 - integers must be integral (``2.5`` is not 2), ≥ 1 (``seed``, a curriculum's interval and ``fig5_steps`` ≥ 0);
   reals finite and ≥ 0; a field named after κ ≥ 1;
-- a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text.
+- a tuple's entries follow the same rules; a boolean is ``true``/``false``; a text field takes text;
+- settings that contradict each other are refused (`Consistent.contradictions`), and so is a change to a setting that
+  the run never reads, naming the switch that would read it (`refuse_unread`: ``gpt2.steps`` while Fig. 1 is off).
 
 The effective settings, and those that differ from the paper's size, are recorded in the report
 (`PaperResult.settings <jaxicl.experiments.report.PaperResult>`); training checkpoints refuse to resume under
