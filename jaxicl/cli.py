@@ -96,8 +96,8 @@ def _cmd_reproduce(args) -> int:
         return 2
     if args.plan and (why := nothing_to_plan(modules, configs, size, not args.skip_transformers)):
         print(
-            f"jaxicl: --plan times the transformers' training, and this run trains none ({why}): without --plan "
-            "it runs as it is",
+            f"jaxicl: --plan times the transformers' training, and this run trains none ({why}); the same command "
+            "without --plan runs the rest",
             file=sys.stderr,
         )
         return 2
