@@ -161,14 +161,14 @@ def nothing_to_plan(modules: dict, configs: dict, size: str, transformers: bool 
         return "--skip-transformers leaves out every transformer"
     why = []
     for name, module in modules.items():
-        unread = (configs.get(name) or module.SIZES[size]).unread()
-        field = getattr(module, "TRANSFORMER_SETTINGS", None)
         if not _trains(module):
             why.append(f"{name} trains no transformer")
-        elif field in unread:  # a figure switched off (Zhang et al.'s Fig. 1 at quick size)
-            why.append(f"{name}: {unread[field]}")
-        else:
+            continue
+        unread = (configs.get(name) or module.SIZES[size]).unread()
+        field = getattr(module, "TRANSFORMER_SETTINGS", None)
+        if field not in unread:
             return None
+        why.append(f"{name}: {unread[field]}")  # a figure switched off (Zhang et al.'s Fig. 1 at quick size)
     return "; ".join(why)
 
 
