@@ -208,14 +208,14 @@ def test_a_plan_says_that_its_partial_figures_hold_the_steps_it_timed_and_that_a
     its partial figures are not resumed by running the same command again, but trained by a run without ``--plan``."""
     from jaxicl.runtime.planning import planning
 
-    with planning():
+    with planning():  # a paper's run builds its rows and its result under the plan
         (row,) = mark_partial([Check("b", "", "", "", False)], "partial, step 8 of 500")
+        result = report.PaperResult("p", "t", "quick", [row], ["f.png"], [], partial={"f.png": "step 8"})
     assert (
         row.status == "not reproduced: training partial, step 8 of 500; asserted at `the same command without --plan`"
     )
-    md = report.render_markdown(
-        [report.PaperResult("p", "t", "quick", [row], ["f.png"], [], partial={"f.png": "step 8"}, planned=True)]
-    )
+    assert result.planned and not report.PaperResult("p", "t", "quick", [], [], []).planned
+    md = report.render_markdown([result])
     assert "*Drawn from the few steps that `--plan` trained to time them (step 8): the same command without " in md
     assert "run the same command again" not in md
 

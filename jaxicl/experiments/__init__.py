@@ -288,7 +288,6 @@ def reproduce(
                     configs[name],
                     lambda **c: module.run(size=size, out=out, progress=progress, **kwargs, **c),
                 )
-            res.planned = plan
             if planned:
                 table = plan_markdown(planned, budget_minutes)
                 res.notes.append(

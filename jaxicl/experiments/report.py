@@ -389,7 +389,9 @@ class PaperResult:
     stages: list[Stage] = dataclasses.field(default_factory=list)  # where the time went (compile vs run)
     partial: dict[str, str] = dataclasses.field(default_factory=dict)  # figure -> "partial, step s of S"
     settings: dict = dataclasses.field(default_factory=dict)  # setting -> (value, the size's value), where changed
-    planned: bool = False  # run under `--plan`: its partial figures hold only the steps that timed the training
+    # built under `jaxicl.runtime.planning` (`--plan`; `mark_partial` reads the same): its partial figures hold only
+    # the few steps that timed the training
+    planned: bool = dataclasses.field(default_factory=lambda: planning.active() is not None)
 
     @property
     def complete(self) -> bool:
@@ -572,18 +574,19 @@ def render_markdown(results: list[PaperResult]) -> str:
             lines += [note, ""]
         for fig in r.figures:
             lines += [f"![{Path(fig).stem}]({fig})", ""]
-            if fig in r.partial and r.planned:
-                lines += [
-                    f"*Drawn from the few steps that `--plan` trained to time them ({r.partial[fig]}): the same "
-                    "command without `--plan` trains the models, and asserts their claims once it completes.*",
-                    "",
-                ]
-            elif fig in r.partial:
-                lines += [
-                    f"*Drawn from a partial run ({r.partial[fig]}): run the same command again to resume "
-                    "training; its claims are not asserted until it completes.*",
-                    "",
-                ]
+            if fig in r.partial:
+                drawn, then = (
+                    (
+                        "the few steps that `--plan` trained to time them",
+                        "the same command without `--plan` trains the models, and asserts their claims once it completes",
+                    )
+                    if r.planned
+                    else (
+                        "a partial run",
+                        "run the same command again to resume training; its claims are not asserted until it completes",
+                    )
+                )
+                lines += [f"*Drawn from {drawn} ({r.partial[fig]}): {then}.*", ""]
         if r.stages:
             lines += timing_table(r.stages)
         if r.data:
