@@ -298,8 +298,43 @@ def _add_cache_options(p) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not read or write the persistent compilation cache")
 
 
+_DESCRIPTION = """\
+Simulate the training dynamics of the in-context learning papers' models and check each paper's theorems and
+figures against the simulation (a pass/fail report with figures and data).
+
+`reproduce` and `sweep` keep compiled programs in a persistent cache, and start the same command again, once, if
+XLA:CPU deadlocks them."""
+
+_EXIT_STATUS = """\
+exit status: 0 every asserted check passed; 1 one failed (named on stderr), a process died or the disk is full;
+2 bad input (refused before any work); 3 a --budget run has training left (run the same command again)."""
+
+_EPILOG = f"""\
+examples:
+  jaxicl list                                # the papers, one per line
+  jaxicl reproduce                           # every paper at the quick size, into ./jaxicl-report
+  jaxicl reproduce gatmiry2024 --set d=20    # one paper, one setting changed
+  jaxicl reproduce --trained --budget 60     # the trained size, an hour at a time
+  jaxicl config yang2024 > mine.toml         # a paper's settings, each with what it means
+  jaxicl sweep --stage gatmiry2024:constructions --grid eps=[1e-3,1e-6]  # one stage over a grid
+
+{_EXIT_STATUS}
+`jaxicl COMMAND --help` for each command's options."""
+
+_REPRODUCE_EPILOG = f"""\
+sizes: --quick (default) trains small models briefly, each shown to have learned; --trained trains long enough to
+assert every claim about a trained model over three seeds; --full is the papers' own sizes.
+
+{_EXIT_STATUS}"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxicl", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="jaxicl",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list the registered reproductions")
     p.set_defaults(func=_cmd_list)
@@ -311,7 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_reproduce_command(sub) -> None:
     """`jaxicl reproduce`: its sizes, output, progress, time budget, jobs and settings."""
-    p = sub.add_parser("reproduce", help="reproduce papers' figures and theorem checks; writes OUT/report.md")
+    p = sub.add_parser(
+        "reproduce",
+        help="reproduce papers' figures and theorem checks; writes OUT/report.md",
+        description="Reproduce the figures and theorem checks of the papers named (all when none is named) into\n"
+        "OUT/report.md, with each paper's figures (PNG) and data (netCDF) under OUT/NAME/.",
+        epilog=_REPRODUCE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("names", nargs="*", help="reproductions to run (default: all, see `jaxicl list`)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="quick size (default): minutes on a 2-core CPU")

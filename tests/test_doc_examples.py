@@ -39,3 +39,78 @@ def test_the_pages_code_runs_as_written(page, tmp_path):
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert run.returncode == 0, f"{page.name}:\n{run.stderr[-3000:]}"
+
+
+# A command line shown with placeholders (NAME, PAPER:STAGE, [...]) is a synopsis, not a command to run.
+PLACEHOLDER = re.compile(r"\bNAME\b|PAPER|STAGE|CONFIG|SETTING|KEY=|\.\.\.|…|<|\||\[-")
+ANY_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)  # every block, in order: (language, text)
+
+
+def _commands(text: str) -> list[tuple[str, str]]:
+    """The concrete shell blocks' `jaxicl` commands of ``text`` and its TOML files, in order: ("run", command line)
+    and ("file", contents) for a TOML block whose first line is ``# NAME.toml`` (written before later commands)."""
+    items = []
+    for lang, block in ANY_FENCE.findall(text):
+        if lang not in ("bash", "sh", "toml", ""):
+            continue
+        if lang == "toml":
+            first = block.splitlines()[0]
+            if re.fullmatch(r"# [\w.-]+\.toml", first):
+                items.append(("file", block))
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.startswith("jaxicl ") and not PLACEHOLDER.search(line.split("#")[0]):
+                items.append(("run", line.split("  #")[0].strip()))
+    return items
+
+
+def _help_examples() -> str:
+    from jaxicl import cli
+
+    lines = cli._EPILOG.split("examples:\n")[1].split("\n\n")[0].splitlines()
+    return "```bash\n" + "\n".join(line.strip() for line in lines) + "\n```\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["jaxicl --help", *(str(p.relative_to(ROOT)) for p in PAGES if _commands(p.read_text()))],
+)
+def test_the_commands_shown_pass_their_input_checks(source, tmp_path, monkeypatch, capsys):
+    """Every concrete `jaxicl` command of ``jaxicl --help``'s examples and of the pages' shell blocks, run in order
+    in an empty directory (a ``> FILE`` writes the output there; a TOML block headed ``# NAME.toml`` is written there
+    first): each passes the command's checks of its input (names, flags, settings, grids, files), which run before
+    any work. The work itself is stubbed out: a reproduction stops once its settings and --out are checked, a sweep
+    once every grid point's settings are built."""
+    import shlex
+
+    from jaxicl import cli
+    from jaxicl.experiments import settings, stage_sweep
+
+    class Accepted(Exception):
+        pass
+
+    def checked_sweep(stage, grid, size="quick", overrides=None, out=None, progress=False):
+        _, module, _ = stage_sweep._stage(stage)
+        stage_sweep._points(settings.apply(module.SIZES[size], overrides or {}), grid)  # SettingsError if refused
+        raise Accepted
+
+    monkeypatch.setattr(cli, "_reproduce_in", lambda *a: 0)
+    monkeypatch.setattr(stage_sweep, "sweep_stage", checked_sweep)
+    monkeypatch.chdir(tmp_path)
+    items = _commands(_help_examples() if source == "jaxicl --help" else (ROOT / source).read_text())
+    assert any(kind == "run" for kind, _ in items)
+    for kind, text in items:
+        if kind == "file":
+            (tmp_path / text.splitlines()[0][2:]).write_text(text)
+            continue
+        command, _, into = text.partition(">")
+        argv = shlex.split(command)[1:]
+        capsys.readouterr()
+        try:
+            status = cli.main(argv + (["--no-cache"] if argv[0] in ("reproduce", "sweep") else []))
+        except Accepted:
+            status = 0
+        out, err = capsys.readouterr()
+        assert status == 0, f"{source}: `{text}` was refused: {err}"
+        if into.strip():
+            (tmp_path / into.strip()).write_text(out)
