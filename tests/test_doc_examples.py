@@ -1,7 +1,8 @@
 """Every Python code block of the README and of the documentation runs as written: each page's blocks, in order, in a
 fresh interpreter of their own (a reader runs a page top to bottom), with nothing defined for them beforehand. The
 pages whose results tests/test_readme.py checks run there (`CHECKED_PAGES`); every other page runs here. A block
-that is a skeleton to fill in, not a program, is fenced as ``py`` rather than ``python`` and is not run."""
+that is a skeleton to fill in, not a program, is fenced as ``py`` rather than ``python`` and is not run. Every
+concrete `jaxicl` command of the pages' shell blocks and of ``jaxicl --help`` passes the command's input checks."""
 
 import os
 import re
