@@ -321,6 +321,15 @@ examples:
 {_EXIT_STATUS}
 `jaxicl COMMAND --help` for each command's options."""
 
+_SWEEP_EPILOG = """\
+examples:
+  jaxicl sweep --list-stages                 # the stages --stage can run
+  jaxicl sweep --stage gatmiry2024:constructions --grid eps=[1e-3,1e-6] --grid d=[5,10]  # a grid of 2 x 2 points
+  jaxicl sweep --stage lsa:flow --grid kappa=[1,4,16] --grid n_context=[5,10,20] --set d=3 --out lsa
+
+--stage writes OUT/sweep.nc: the stage's outputs with the settings as dimensions, and for a stage with checks each
+check's verdict at every point. Points (or chunks of points) are saved as they end: the same command resumes."""
+
 _REPRODUCE_EPILOG = f"""\
 sizes: --quick (default) trains small models briefly, each shown to have learned; --trained trains long enough to
 assert every claim about a trained model over three seeds; --full is the papers' own sizes.
@@ -435,6 +444,10 @@ def _add_sweep_command(sub) -> None:
         "sweep",
         help="run a sweep described in a TOML file (see jaxicl.sweep_config), or a "
         "reproduction's stage over a grid of its settings (--stage)",
+        description="Run the LSA gradient-flow sweep a TOML file describes, or one stage of a reproduction at every "
+        "point\nof a grid over its settings (--stage), validated like --set before any work.",
+        epilog=_SWEEP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", nargs="?", help="TOML file: [task], [model], [dynamics], [grid], [outputs]")
     p.add_argument(

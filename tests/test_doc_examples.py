@@ -68,8 +68,12 @@ def _commands(text: str) -> list[tuple[str, str]]:
 def _help_examples() -> str:
     from jaxicl import cli
 
-    lines = cli._EPILOG.split("examples:\n")[1].split("\n\n")[0].splitlines()
-    return "```bash\n" + "\n".join(line.strip() for line in lines) + "\n```\n"
+    lines = [
+        line.strip()
+        for epilog in (cli._EPILOG, cli._SWEEP_EPILOG)
+        for line in epilog.split("examples:\n")[1].split("\n\n")[0].splitlines()
+    ]
+    return "```bash\n" + "\n".join(lines) + "\n```\n"
 
 
 @pytest.mark.parametrize(
