@@ -330,12 +330,6 @@ examples:
 --stage writes OUT/sweep.nc: the stage's outputs with the settings as dimensions, and for a stage with checks each
 check's verdict at every point. Points (or chunks of points) are saved as they end: the same command resumes."""
 
-_REPRODUCE_EPILOG = f"""\
-sizes: --quick (default) trains small models briefly, each shown to have learned; --trained trains long enough to
-assert every claim about a trained model over three seeds; --full is the papers' own sizes.
-
-{_EXIT_STATUS}"""
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -360,7 +354,7 @@ def _add_reproduce_command(sub) -> None:
         help="reproduce papers' figures and theorem checks; writes OUT/report.md",
         description="Reproduce the figures and theorem checks of the papers named (all when none is named) into\n"
         "OUT/report.md, with each paper's figures (PNG) and data (netCDF) under OUT/NAME/.",
-        epilog=_REPRODUCE_EPILOG,
+        epilog=_EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("names", nargs="*", help="reproductions to run (default: all, see `jaxicl list`)")

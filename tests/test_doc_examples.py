@@ -85,22 +85,27 @@ def test_the_commands_shown_pass_their_input_checks(source, tmp_path, monkeypatc
     in an empty directory (a ``> FILE`` writes the output there; a TOML block headed ``# NAME.toml`` is written there
     first): each passes the command's checks of its input (names, flags, settings, grids, files), which run before
     any work. The work itself is stubbed out: a reproduction stops once its settings and --out are checked, a sweep
-    once every grid point's settings are built."""
+    when its stage is first called, after `sweep_stage` has checked the grid."""
     import shlex
 
     from jaxicl import cli
-    from jaxicl.experiments import settings, stage_sweep
+    from jaxicl.experiments import stage_sweep
 
     class Accepted(Exception):
         pass
 
-    def checked_sweep(stage, grid, size="quick", overrides=None, out=None, progress=False):
-        _, module, _ = stage_sweep._stage(stage)
-        stage_sweep._points(settings.apply(module.SIZES[size], overrides or {}), grid)  # SettingsError if refused
-        raise Accepted
+    def stage_that_stops(name):
+        paper, module, fn = real_stage(name)
 
+        def stop(*args, **kwargs):
+            raise Accepted
+
+        stop.grid_axes = getattr(fn, "grid_axes", ())  # the same path through `sweep_stage` (vmapped or by point)
+        return paper, module, stop
+
+    real_stage = stage_sweep._stage
     monkeypatch.setattr(cli, "_reproduce_in", lambda *a: 0)
-    monkeypatch.setattr(stage_sweep, "sweep_stage", checked_sweep)
+    monkeypatch.setattr(stage_sweep, "_stage", stage_that_stops)
     monkeypatch.chdir(tmp_path)
     items = _commands(_help_examples() if source == "jaxicl --help" else (ROOT / source).read_text())
     assert any(kind == "run" for kind, _ in items)
