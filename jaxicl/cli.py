@@ -72,6 +72,15 @@ def _overrides(args, names: list[str]) -> dict | None:
         )
     values = dict(settings.read_file(args.config)) if args.config else {}
     values.update(settings.parse_assignment(a) for a in args.set or ())
+    from .experiments import available
+
+    for key in values:  # `[zhang2023]` in a file, or --set zhang2023.d=3: the paper is named on the command line
+        paper, dot, rest = key.partition(".")
+        if dot and paper in available():
+            raise settings.SettingsError(
+                f"unknown setting {key!r}: a paper's settings are named without the paper ({rest!r}), as "
+                f"`jaxicl config {paper}` prints them."
+            )
     return {names[0]: values}
 
 
@@ -261,12 +270,12 @@ def _cmd_sweep(args) -> int:
             file=sys.stderr,
         )
         return 2
-    _use_cache(args)
     try:
         cfg = load_config(args.config)
         grid, overrides, out = as_stage(cfg)  # the file is one case of `--stage lsa:flow`
         writable_directory(out, "outputs.dir")
         with exclusive_output(out, "outputs.dir"), watchdog.watching():  # one writer; a deadlocked sweep is started
+            _use_cache(args)
             ds = sweep_stage("lsa:flow", grid, overrides=overrides, out=out, progress=args.progress)  # again, resumes
     except (ConfigError, SweepConfigError, SettingsError, ValueError) as e:  # OutputInUse among them
         print(f"jaxicl sweep: {e}", file=sys.stderr)
@@ -307,7 +316,8 @@ XLA:CPU deadlocks them."""
 
 _EXIT_STATUS = """\
 exit status: 0 every asserted check passed; 1 one failed (named on stderr), a process died or the disk is full;
-2 bad input (refused before any work); 3 a --budget run has training left (run the same command again)."""
+2 bad input (refused before any work); 3 a --budget run has training left (run the same command again);
+130 interrupted by Ctrl-C (the same command resumes)."""
 
 _EPILOG = f"""\
 examples:
@@ -490,7 +500,7 @@ def main(argv=None) -> int:
 def _known_errors_as_messages(func, args) -> int:
     """``func(args)``, with the errors the library raises for a known cause printed as one message (what, where, what
     to do) instead of a traceback: bad input (a checkpoint or chunk of other settings, a sweep that cannot fit, a
-    setting) exits 2; a --jobs process that died and a full disk exit 1, saying what was kept."""
+    setting) exits 2; a --jobs process that died and a full disk exit 1, saying what was kept; Ctrl-C exits 130."""
     import errno
 
     from .dynamics.train import CheckpointError
@@ -517,6 +527,10 @@ def _known_errors_as_messages(func, args) -> int:
             file=sys.stderr,
         )
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: no traceback; a --jobs child stays quiet (its parent says this)
+        if getattr(args, "result_file", None) is None:
+            print("jaxicl: interrupted; what finished is kept: the same command resumes", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -950,11 +950,12 @@ E._run_in_processes(["gatmiry2024", "ahn2023"], "quick", Path({str(tmp_path / "o
         ("checkpoint", 2, "was written by other settings"),
         ("disk", 1, "no space left on the disk writing /out/fig.png"),
         ("child", 1, "killed by SIGKILL"),
+        ("interrupt", 130, "interrupted; what finished is kept: the same command resumes"),
     ],
 )
 def test_known_errors_reach_the_user_as_one_message(error, status, says, tmp_path, monkeypatch, capsys):
     """The library's errors of a known cause leave the command as one line on stderr and an exit status, never a
-    traceback: a checkpoint of other settings (2), a full disk (1), a --jobs process killed (1)."""
+    traceback: a checkpoint of other settings (2), a full disk (1), a --jobs process killed (1), Ctrl-C (130)."""
     import errno
 
     from jaxicl import experiments as E
@@ -967,6 +968,8 @@ def test_known_errors_reach_the_user_as_one_message(error, status, says, tmp_pat
             )
         if error == "disk":
             raise OSError(errno.ENOSPC, "No space left on device", "/out/fig.png")
+        if error == "interrupt":
+            raise KeyboardInterrupt
         raise E.JobFailed("the gatmiry2024 reproduction's process killed by SIGKILL before it finished")
 
     monkeypatch.setattr(E, "reproduce", fail)

@@ -57,12 +57,18 @@ def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys
     import jaxicl.experiments as E
 
     monkeypatch.setattr(E, "reproduce", lambda *a, **k: pytest.fail("work started"))
+    (tmp_path / "tabled.toml").write_text("[zhang2023.gpt2]\nsteps = 10\n")  # the paper's name as a table
     for argv, message in [
         (["gatmiry2024", "--set", "kapas=[2,16]"], "unknown setting 'kapas'. Did you mean 'kappas'?"),
         (["gatmiry2024", "--set", "kappas"], "--set takes KEY=VALUE"),
         (["gatmiry2024", "--set", "kappas=[2, 16"], "--set kappas: '[2, 16' is not a TOML value"),
         (["--set", "d=3"], "--set and --config change one paper's settings: name that paper"),
         (["zhang2023", "--set", "gpt2.stepz=10"], "unknown setting 'gpt2.stepz'. Did you mean 'gpt2.steps'?"),
+        (
+            ["zhang2023", "--set", "zhang2023.d=4"],
+            "unknown setting 'zhang2023.d': a paper's settings are named without",
+        ),
+        (["zhang2023", "--config", str(tmp_path / "tabled.toml")], "unknown setting 'zhang2023.gpt2.steps': a paper's"),
         (["gatmiry2024", "--config", str(tmp_path / "none.toml")], f"settings file {tmp_path / 'none.toml'} does not"),
         (["zhang2023", "--set", "gpt2.steps=10", "--skip-transformers"], "gpt2.steps: gpt2 is off in this run"),
         (["yang2024", "--set", "transformer.lr=0.1", "--skip-transformers"], "transformer.lr: transformer is off"),

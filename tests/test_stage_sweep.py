@@ -96,6 +96,8 @@ def test_stage_sweep_command_line(tmp_path, capsys):
     assert "gatmiry2024:thm6_thm7" in capsys.readouterr().out
     assert cli.main(["sweep", "--stage", "gatmiry2024:nothing", "--grid", "d=[2]", "--out", str(tmp_path)]) == 2
     assert "no sweepable stage 'nothing'" in capsys.readouterr().err
+    assert cli.main(["sweep", "--stage", "gatmiry2024", "--grid", "d=[2]", "--out", str(tmp_path)]) == 2
+    assert "--stage takes gatmiry2024:STAGE; its stages: ['constructions'," in capsys.readouterr().err
     assert cli.main(["sweep", "--stage", "nopaper:x", "--grid", "d=[2]", "--out", str(tmp_path)]) == 2
     assert cli.main(["sweep"]) == 2
     assert (

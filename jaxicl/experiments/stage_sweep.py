@@ -65,13 +65,13 @@ def stages() -> dict[str, str]:
 
 
 def _stage(stage: str):
-    paper, _, name = stage.partition(":")
+    paper, colon, name = stage.partition(":")
     module = _module(paper)
     table = getattr(module, "SWEEPABLE", {})
     if name not in table:
+        what = f"has no sweepable stage {name!r}" if colon else f"is a paper: --stage takes {paper}:STAGE"
         raise settings.SettingsError(
-            f"{paper} has no sweepable stage {name!r}; its stages: {sorted(table) or 'none'} "
-            "(`jaxicl sweep --list-stages`)."
+            f"{paper} {what}; its stages: {sorted(table) or 'none'} (`jaxicl sweep --list-stages`)."
         )
     return paper, module, table[name]
 

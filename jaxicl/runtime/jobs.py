@@ -153,8 +153,8 @@ def stopping_children_on_signals():
     def stop(signum, frame):
         stop_children()
         print(
-            f"[jaxicl] stopped by {signal.Signals(signum).name}: every process of the run stopped; the papers that "
-            "finished are in the report, training checkpoints are kept (the same command resumes)",
+            f"[jaxicl] stopped by {signal.Signals(signum).name}: every process of the run stopped; training "
+            "checkpoints are kept (the same command resumes)",
             flush=True,
         )
         if signum == signal.SIGINT:
