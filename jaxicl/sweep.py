@@ -358,7 +358,7 @@ def sweep(
 
     Args:
         run_fn: a function of one point, with one keyword argument per grid axis (values arrive as
-            traced scalars: float for real axes, int32 for integer axes). If it also takes ``key``,
+            traced scalars: JAX's float for real axes, its int for integer axes). If it also takes ``key``,
             it receives ``fold_in(key, seed)`` (``seed`` must then be an axis). Returns a pytree of
             arrays (a dict gives named variables).
         grid: axis name → 1-D list of numbers.
@@ -502,8 +502,9 @@ def _takes_key(run_fn, axes) -> bool:
 
 
 def _as_jax_dtype(v: np.ndarray) -> np.ndarray:
-    """Integer axes arrive as int32, real ones in JAX's float (float64 under x64)."""
-    return v.astype(np.int32) if v.dtype.kind in "iu" else v.astype(jnp.result_type(float))
+    """Integer axes arrive in JAX's int, real ones in JAX's float (int64 and float64 under x64: an int32 N would make
+    ``1 / N`` float32 inside a float64 program)."""
+    return v.astype(jnp.result_type(int) if v.dtype.kind in "iu" else jnp.result_type(float))
 
 
 def _chunk_inputs(axes, lo: int, chunk_size: int, sharding) -> dict[str, jax.Array]:
