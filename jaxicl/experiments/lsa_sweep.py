@@ -176,25 +176,49 @@ def run_config(cfg: dict, progress: bool | None = None):
     return ds
 
 
+_AXIS_LABELS = {"kappa": "κ (condition number of Λ)", "n_context": "N (examples in the prompt)", "seed": "seed"}
+
+
 def default_plot(ds):
-    """The first output against the first axis; one line per value of the second axis."""
+    """Simulation beside theory. Left: each point's loss at t1 (a marker per seed) against the grid's first axis, a
+    colour per value of its second, with Lemma 5.3's minimum ½trΛ − ½tr(Λ²Γ⁻¹) as a dashed line of that colour.
+    Right: the relative distance of the loss at t1 to that minimum (how far each flow converged). Further axes are
+    shown at their first value (named in the title)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    name = next(iter(ds.data_vars))
-    var = ds[name]
-    dims = list(ds.sizes)  # grid axes come first
-    first = dims[0]
-    var = var.isel({d: 0 for d in var.dims if d not in (first, dims[1] if len(dims) > 1 else first)})
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    if var.ndim == 2:
-        other = [d for d in var.dims if d != first][0]
-        for v in var[other].values:
-            ax.plot(var[first], var.sel({other: v}), "o-", label=f"{other} = {v}")
-        ax.legend(fontsize=8)
-    else:
-        ax.plot(var[first], var, "o-")
-    ax.set(xlabel=first, ylabel=name, title=f"{name} vs {first}")
+    axes = [d for d in ds["final_loss"].dims if d != "seed"] or ["seed"]
+    x, colour = axes[0], (axes[1] if len(axes) > 1 else None)
+    fixed = {d: 0 for d in axes[2:]}
+    sim, theory = ds["final_loss"].isel(fixed), ds["theory_min_loss"].isel(fixed)
+    if x != "seed":
+        theory = theory.isel(seed=0)
+    gap = np.maximum(np.abs((sim - theory) / theory), 1e-16)  # a flow that reached the minimum to rounding
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, v in enumerate(ds[colour].values if colour else [None]):
+        at = {colour: v} if colour else {}
+        c, label = f"C{i % 10}", (f"{colour} = {v}" if colour else None)
+        ys, gaps = sim.sel(at).transpose(x, ...), gap.sel(at).transpose(x, ...)  # x first, then the seeds
+        xs = np.broadcast_to(ds[x].values.reshape(-1, *[1] * (ys.ndim - 1)), ys.shape).ravel()
+        left.plot(xs, ys.values.ravel(), "o", color=c, label=label)
+        left.plot(ds[x], theory.sel(at), "--", color=c)
+        right.plot(xs, gaps.values.ravel(), "o", color=c, label=label)
+    left.plot([], [], "k--", label="Lemma 5.3 minimum")
+    left.plot([], [], "ko", label="gradient flow at t1")
+    values = ds[x].values
+    for ax in (left, right):
+        if x != "seed" and values.min() > 0 and values.max() >= 10 * values.min():
+            ax.set_xscale("log")
+        elif np.issubdtype(values.dtype, np.integer):
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel(_AXIS_LABELS.get(x, x))
+    left.set(ylabel="population loss", title="converged loss: flow and theory")
+    right.set(yscale="log", ylabel="|loss(t1) − minimum| / minimum", title="distance to the minimum at t1")
+    left.legend(fontsize=8)
+    if fixed:
+        fig.suptitle(", ".join(f"{d} = {ds[d].values[0]}" for d in fixed), fontsize=9)
+    fig.tight_layout()
     return fig
