@@ -2,8 +2,10 @@
 fresh interpreter of their own (a reader runs a page top to bottom), with nothing defined for them beforehand. The
 pages whose results tests/test_readme.py checks run there (`CHECKED_PAGES`); every other page runs here. A block
 that is a skeleton to fill in, not a program, is fenced as ``py`` rather than ``python`` and is not run. Every
-concrete `jaxicl` command of the pages' shell blocks and of ``jaxicl --help`` passes the command's input checks."""
+concrete `jaxicl` command of the pages' shell blocks and of ``jaxicl --help`` passes the command's input checks, and
+every `jaxicl …` written inline (pages and the library's messages) names options, papers and stages that exist."""
 
+import argparse
 import os
 import re
 import subprocess
@@ -124,3 +126,84 @@ def test_the_commands_shown_pass_their_input_checks(source, tmp_path, monkeypatc
         assert status == 0, f"{source}: `{text}` was refused: {err}"
         if into.strip():
             (tmp_path / into.strip()).write_text(out)
+
+
+# Every `jaxicl …` written inline, in prose or in the library's messages (a name, a synopsis or a command): the pages
+# (not the kept reports, which quote the commands as they ran) and jaxicl/'s sources.
+INLINE = re.compile(r"`(jaxicl(?: [^`\n]*)?)`")
+INLINE_SOURCES = [
+    *(p for p in PAGES if "reports" not in p.relative_to(ROOT).parts),
+    *sorted((ROOT / "jaxicl").rglob("*.py")),
+]
+
+
+def _inline_commands() -> list[tuple[str, str]]:
+    return [
+        (str(path.relative_to(ROOT)), command)
+        for path in INLINE_SOURCES
+        for command in dict.fromkeys(INLINE.findall(path.read_text()))
+    ]
+
+
+def _unknown_names(command: str, parser, papers: list[str], stages: list[str]) -> list[str]:
+    """The names of ``command`` (a command line, or a synopsis with placeholders in capitals, braces or angle
+    brackets) that the command line does not have: its subcommand, its options, a paper it names, a stage."""
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    tokens = command.split()[1:]
+    if not tokens or tokens[0] in ("--help", "-h", "COMMAND"):
+        return []
+    if tokens[0] not in subcommands:
+        return [tokens[0]]
+    options = subcommands[tokens[0]]._option_string_actions
+    unknown = []
+    for i, token in enumerate(tokens[1:], 1):
+        for word in token.strip("[]").split("|"):
+            if word.startswith("-"):
+                unknown += [word] if word.split("=")[0] not in options else []
+            elif tokens[i - 1] == "--stage" and re.fullmatch(r"[a-z0-9_]+:[a-z0-9_]+", word):
+                unknown += [word] if word not in stages else []
+            elif tokens[i - 1] == "--stage" and re.fullmatch(r"[a-z0-9_]+:[A-Z]+", word):
+                unknown += [word] if not any(s.startswith(word.split(":")[0] + ":") for s in stages) else []
+            elif i == 1 and tokens[0] in ("reproduce", "config") and re.fullmatch(r"[a-z0-9_]+", word):
+                unknown += [word] if word not in papers else []
+    return unknown
+
+
+def test_the_commands_written_inline_name_what_the_command_line_has():
+    """Every `jaxicl …` written inline in the pages and in the library's messages names a subcommand, options, papers
+    and stages that the command line has: a renamed option or stage leaves no page or message pointing at the old
+    name. (The concrete commands of the shell blocks and of the help run, above.)"""
+    from jaxicl import cli
+    from jaxicl.experiments import available
+    from jaxicl.experiments.stage_sweep import stages
+
+    parser, papers, known_stages = cli.build_parser(), available(), list(stages())
+    found = _inline_commands()
+    assert len(found) > 30 and any(path.startswith("jaxicl/") for path, _ in found)
+    wrong = [
+        f"{path}: `{command}` ({', '.join(names)})"
+        for path, command in found
+        if (names := _unknown_names(command, parser, papers, known_stages))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_renamed_name_in_an_inline_command_is_found():
+    from jaxicl import cli
+    from jaxicl.experiments import available
+    from jaxicl.experiments.stage_sweep import stages
+
+    parser, papers, known = cli.build_parser(), available(), list(stages())
+    for command, names in [
+        ("jaxicl reproduce --jobs 3", []),
+        ("jaxicl reproduce [NAME ...] [--quick|--trained|--full] [--out DIR]", []),
+        ("jaxicl sweep --stage gatmiry2024:NAME", []),
+        ("jaxicl reproduce --job 3", ["--job"]),
+        ("jaxicl reproduce [--quick|--train]", ["--train"]),
+        ("jaxicl sweep --list-stage", ["--list-stage"]),
+        ("jaxicl config zhang2024", ["zhang2024"]),
+        ("jaxicl sweep --stage gatmiry2024:fig9", ["gatmiry2024:fig9"]),
+        ("jaxicl sweep --stage nopaper:NAME", ["nopaper:NAME"]),
+        ("jaxicl reproduces", ["reproduces"]),
+    ]:
+        assert _unknown_names(command, parser, papers, known) == names, command
