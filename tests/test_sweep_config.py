@@ -70,3 +70,36 @@ def test_cli_sweep_writes_dataset_and_plot(tmp_path, capsys):
     bad.write_text("[grid]\nkappa = []\n")
     assert cli.main(["sweep", str(bad)]) == 2
     assert "grid.kappa is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "order", [("n_context", "seed", "kappa"), ("kappa", "n_context", "seed"), ("seed", "kappa", "n_context")]
+)
+def test_the_sweep_plot_draws_each_points_loss_beside_its_closed_form(order):
+    """plot.png, for any order of the grid's axes: per value of the second axis, the dashed line is Lemma 5.3's
+    minimum at each value of the first axis, the markers are every seed's loss at t1 there, and the right panel's
+    markers are their relative distance to the minimum (at least 1e-16, for the log scale)."""
+    import numpy as np
+
+    from jaxicl.experiments.lsa_sweep import default_plot
+
+    coords = {"kappa": [1.0, 4.0, 16.0], "n_context": [5, 10], "seed": [0, 1]}
+    dims = ("kappa", "n_context", "seed")
+    theory = np.array([[[1.0, 1.0], [0.5, 0.5]], [[3.0, 3.0], [2.0, 2.0]], [[9.0, 9.0], [7.0, 7.0]]])
+    flow = theory * (1 + np.arange(12).reshape(3, 2, 2) * 1e-3)
+    ds = xr.Dataset({"final_loss": (dims, flow), "theory_min_loss": (dims, theory)}, coords=coords).transpose(*order)
+    fig = default_plot(ds)
+    left, right = fig.axes
+    first, second = [d for d in order if d != "seed"]
+    assert left.get_xlabel().startswith({"kappa": "κ", "n_context": "N"}[first])
+    for j, v in enumerate(coords[second]):
+        at = ds.sel({second: v}).transpose(first, "seed")
+        dashed = [ln for ln in left.lines if ln.get_linestyle() == "--" and ln.get_color() == f"C{j}"]
+        dots = [ln for ln in left.lines if ln.get_marker() == "o" and ln.get_color() == f"C{j}"]
+        (gaps,) = [ln for ln in right.lines if ln.get_color() == f"C{j}"]
+        np.testing.assert_array_equal(dashed[0].get_xydata(), np.c_[coords[first], at.theory_min_loss[:, 0]])
+        xs = np.repeat(coords[first], 2)
+        np.testing.assert_array_equal(dots[0].get_xydata(), np.c_[xs, at.final_loss.values.ravel()])
+        rel = np.abs(at.final_loss - at.theory_min_loss) / at.theory_min_loss
+        floored = np.maximum(rel.values.ravel(), 1e-16)  # a point at the minimum to rounding, on the log scale
+        np.testing.assert_allclose(gaps.get_xydata(), np.c_[xs, floored], rtol=1e-12)
