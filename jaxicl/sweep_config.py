@@ -136,7 +136,8 @@ def load_config(path) -> dict:
 
 def as_stage(cfg: dict) -> tuple[dict, dict, str]:
     """A validated config as the stage sweep ``lsa:flow`` takes it (`jaxicl.experiments.stage_sweep`): (its grid,
-    its other settings as overrides of ``jaxicl.experiments.lsa_sweep.Config``, the output directory)."""
+    its other settings as overrides of ``jaxicl.experiments.lsa_sweep.Config``, the output directory). A setting the
+    grid sweeps is not among the overrides (the dataset's ``settings`` would show one value for every point)."""
     sigma = cfg["model"]["sigma"]
     overrides = {
         **cfg["task"],
@@ -144,4 +145,4 @@ def as_stage(cfg: dict) -> tuple[dict, dict, str]:
         "sigma": 0.0 if sigma == "auto" else sigma,
         "chunk_size": cfg["outputs"]["chunk_size"],
     }
-    return dict(cfg["grid"]), overrides, cfg["outputs"]["dir"]
+    return dict(cfg["grid"]), {k: v for k, v in overrides.items() if k not in cfg["grid"]}, cfg["outputs"]["dir"]

@@ -1,5 +1,7 @@
 """`jaxicl sweep --stage PAPER:STAGE --grid SETTING=[...]` (jaxicl.experiments.stage_sweep)."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -148,6 +150,9 @@ def test_the_lsa_toml_sweep_is_one_case_of_a_stage_sweep_in_one_program(tmp_path
     b = xr.load_dataset(tmp_path / "file" / "dataset.nc", engine="h5netcdf")
     xr.testing.assert_allclose(a, b, rtol=0, atol=0)
     assert dict(a.sizes) == {"kappa": 2, "n_context": 2, "seed": 1, "save": 40}
+    for run in ("stage", "file"):  # the settings every point shares: not the swept ones
+        shared = json.loads(xr.load_dataset(tmp_path / run / "sweep.nc", engine="h5netcdf").attrs["settings"])
+        assert shared["d"] == "3" and shared["t1"] == "200.0" and not {"kappa", "n_context"} & set(shared)
     # float64 throughout: the flow sits at the minimum, where the loss is quadratic in the parameters' error, so it
     # meets the closed form to rounding; an integer axis traced as int32 made 1/N float32 (off by 2e-8 at N = 5)
     np.testing.assert_allclose(a.final_loss.values, a.theory_min_loss.values, rtol=1e-12)
