@@ -194,3 +194,13 @@ def test_every_trained_model_of_the_papers_has_a_stage_to_sweep():
         "algoformer:fig5",
     ):
         assert stage in listed and listed[stage]
+
+
+def test_a_claim_that_quotes_a_swept_setting_reads_by_point(tmp_path):
+    """Gatmiry's construction claims quote ε ("depth for worst error ≤ 0.01 …"): over a grid of ε the dataset and the
+    verdict table word them for every point, not with the first point's ε."""
+    ds = stage_sweep.sweep_stage("gatmiry2024:constructions", {"eps": [1e-2, 1e-7]}, out=tmp_path)
+    claims = [str(c) for c in ds["check_claim"].values]
+    assert "depth for worst error ≤ [by point] grows like κ·log(1/ε) (gd)" in claims
+    assert not any("0.01" in c or "1e-07" in c for c in claims)
+    assert "≤ [by point] grows like √κ·log(1/ε) (chebyshev) | 2 pass" in stage_sweep.verdict_table(ds)

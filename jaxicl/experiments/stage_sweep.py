@@ -209,7 +209,7 @@ def sweep_stage(
                 save_dataset(ds.assign_attrs(digest=digest, stage=stage, point=json.dumps(point)), path)
         results.append(_without_attrs(ds))
     keys = list(grid)
-    claims = results[0]["check_claim"] if "check_claim" in results[0] else None
+    claims = _claims_over_the_grid(results)
     # dimensions without coordinates get positions, so that points of other sizes align (padded with NaN)
     # a stage's own dimension or variable named like a grid setting (Gatmiry's `seed` dimension, its models' seeds,
     # against the grid's `seed`, the PRNG seed of the run) is renamed `stage_NAME`
@@ -231,6 +231,26 @@ def sweep_stage(
     if out is not None:
         save_dataset(stacked, Path(out) / "sweep.nc")
     return stacked
+
+
+def _claims_over_the_grid(results: list[xr.Dataset]) -> xr.DataArray | None:
+    """Each check's claim, worded for every point: where the points word it differently (a claim that quotes a swept
+    setting, e.g. "worst error ≤ 0.01"), the words that differ read "[by point]"."""
+    if "check_claim" not in results[0]:
+        return None
+    first = results[0]["check_claim"]
+    texts = [
+        [str(r["check_claim"].values[j]) for r in results if "check_claim" in r and j < r["check_claim"].size]
+        for j in range(first.size)
+    ]
+
+    def one(wordings: list[str]) -> str:
+        words = [w.split(" ") for w in wordings]
+        if len({len(w) for w in words}) > 1:
+            return "[as worded at the first point] " + wordings[0]
+        return " ".join(ws[0] if len(set(ws)) == 1 else "[by point]" for ws in zip(*words))
+
+    return first.copy(data=np.array([one(t) for t in texts], dtype=object).astype(str))
 
 
 def verdict_table(ds: xr.Dataset) -> str:
