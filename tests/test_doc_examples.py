@@ -160,24 +160,32 @@ def _unknown_names(command: str, parser, papers: list[str], stages: list[str]) -
         for word in token.strip("[]").split("|"):
             if word.startswith("-"):
                 unknown += [word] if word.split("=")[0] not in options else []
-            elif tokens[i - 1] == "--stage" and re.fullmatch(r"[a-z0-9_]+:[a-z0-9_]+", word):
-                unknown += [word] if word not in stages else []
-            elif tokens[i - 1] == "--stage" and re.fullmatch(r"[a-z0-9_]+:[A-Z]+", word):
-                unknown += [word] if not any(s.startswith(word.split(":")[0] + ":") for s in stages) else []
+            elif tokens[i - 1] == "--stage" and re.fullmatch(r"[a-z0-9_]+:\w+", word):  # a stage, or PAPER:NAME
+                paper, _, name = word.partition(":")
+                unknown += (
+                    []
+                    if word in stages or name.isupper() and any(s.startswith(paper + ":") for s in stages)
+                    else [word]
+                )
             elif i == 1 and tokens[0] in ("reproduce", "config") and re.fullmatch(r"[a-z0-9_]+", word):
                 unknown += [word] if word not in papers else []
     return unknown
+
+
+def _what_the_command_line_has() -> tuple:
+    """(the parser, the papers, the stages) that `_unknown_names` checks against."""
+    from jaxicl import cli
+    from jaxicl.experiments import available
+    from jaxicl.experiments.stage_sweep import stages
+
+    return cli.build_parser(), available(), list(stages())
 
 
 def test_the_commands_written_inline_name_what_the_command_line_has():
     """Every `jaxicl …` written inline in the pages and in the library's messages names a subcommand, options, papers
     and stages that the command line has: a renamed option or stage leaves no page or message pointing at the old
     name. (The concrete commands of the shell blocks and of the help run, above.)"""
-    from jaxicl import cli
-    from jaxicl.experiments import available
-    from jaxicl.experiments.stage_sweep import stages
-
-    parser, papers, known_stages = cli.build_parser(), available(), list(stages())
+    parser, papers, known_stages = _what_the_command_line_has()
     found = _inline_commands()
     assert len(found) > 30 and any(path.startswith("jaxicl/") for path, _ in found)
     wrong = [
@@ -189,11 +197,7 @@ def test_the_commands_written_inline_name_what_the_command_line_has():
 
 
 def test_a_renamed_name_in_an_inline_command_is_found():
-    from jaxicl import cli
-    from jaxicl.experiments import available
-    from jaxicl.experiments.stage_sweep import stages
-
-    parser, papers, known = cli.build_parser(), available(), list(stages())
+    parser, papers, known = _what_the_command_line_has()
     for command, names in [
         ("jaxicl reproduce --jobs 3", []),
         ("jaxicl reproduce [NAME ...] [--quick|--trained|--full] [--out DIR]", []),

@@ -250,7 +250,7 @@ def _claims_over_the_grid(results: list[xr.Dataset]) -> xr.DataArray | None:
             return "[as worded at the first point] " + wordings[0]
         return " ".join(ws[0] if len(set(ws)) == 1 else "[by point]" for ws in zip(*words))
 
-    return first.copy(data=np.array([one(t) for t in texts], dtype=object).astype(str))
+    return first.copy(data=np.array([one(t) for t in texts]))
 
 
 def verdict_table(ds: xr.Dataset) -> str:
