@@ -72,15 +72,6 @@ def _overrides(args, names: list[str]) -> dict | None:
         )
     values = dict(settings.read_file(args.config)) if args.config else {}
     values.update(settings.parse_assignment(a) for a in args.set or ())
-    from .experiments import available
-
-    for key in values:  # `[zhang2023]` in a file, or --set zhang2023.d=3: the paper is named on the command line
-        paper, dot, rest = key.partition(".")
-        if dot and paper in available():
-            raise settings.SettingsError(
-                f"unknown setting {key!r}: a paper's settings are named without the paper ({rest!r}), as "
-                f"`jaxicl config {paper}` prints them."
-            )
     return {names[0]: values}
 
 

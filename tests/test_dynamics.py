@@ -14,7 +14,7 @@ import jaxicl as icl
 from jaxicl.theory import zhang
 
 D, N, SIGMA = 3, 10, 0.5
-LAM = jnp.diag(jnp.array([1.0, 0.5, 2.0]))
+LAM = np.diag([1.0, 0.5, 2.0])  # float64 (a jnp array made at import would be float32: x64 is on per test)
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +30,11 @@ def test_flow_converges_to_w_star_4_1(balanced_flow):
     _, sol = balanced_flow
     gi = jnp.linalg.inv(zhang.gamma(LAM, N))
     K, _, _, b = sol.final.blocks()
-    assert jnp.linalg.norm(b * K - gi) / jnp.linalg.norm(gi) <= 1e-6
+    tol = 1e-9  # the flow's rtol is 1e-10; at t = 2000 it is at its limit (float32 Λ or Γ would miss by ~5e-8)
+    assert jnp.linalg.norm(b * K - gi) / jnp.linalg.norm(gi) <= tol
     wk, wp = zhang.w_star(LAM, N)
-    assert jnp.linalg.norm(sol.final.W_kq - wk) / jnp.linalg.norm(wk) <= 1e-6
-    assert jnp.linalg.norm(sol.final.W_pv - wp) / jnp.linalg.norm(wp) <= 1e-6
+    assert jnp.linalg.norm(sol.final.W_kq - wk) / jnp.linalg.norm(wk) <= tol
+    assert jnp.linalg.norm(sol.final.W_pv - wp) / jnp.linalg.norm(wp) <= tol
 
 
 def test_balancedness_is_conserved(balanced_flow):

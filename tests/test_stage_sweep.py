@@ -100,6 +100,10 @@ def test_stage_sweep_command_line(tmp_path, capsys):
     assert "no sweepable stage 'nothing'" in capsys.readouterr().err
     assert cli.main(["sweep", "--stage", "gatmiry2024", "--grid", "d=[2]", "--out", str(tmp_path)]) == 2
     assert "--stage takes gatmiry2024:STAGE; its stages: ['constructions'," in capsys.readouterr().err
+    for named_with_the_paper in (["--grid", "gatmiry2024.d=[2]"], ["--grid", "d=[2]", "--set", "gatmiry2024.n=8"]):
+        argv = ["sweep", "--stage", "gatmiry2024:thm6_thm7", *named_with_the_paper, "--out", str(tmp_path)]
+        assert cli.main(argv) == 2
+        assert "a paper's settings are named without the paper" in capsys.readouterr().err
     assert cli.main(["sweep", "--stage", "nopaper:x", "--grid", "d=[2]", "--out", str(tmp_path)]) == 2
     assert cli.main(["sweep"]) == 2
     assert (

@@ -11,7 +11,8 @@ from jaxicl.experiments.zhang2023 import mean_and_se as mc
 from jaxicl.theory import zhang
 
 N_SE = 3.0
-LAM = example_covariance(3)
+with jax.enable_x64(True):  # float64, as every check here (x64 is on per test, not at import)
+    LAM = example_covariance(3)
 
 
 @pytest.mark.parametrize("N,M", [(5, 10), (40, 100)])
@@ -113,3 +114,14 @@ def test_thm_4_5_random_covariance_limit_and_error_on_new_covariance():
     assert jnp.allclose(err, zhang.random_covariance_limit_error(b, lam_new), rtol=1e-4)
     # N, M → ∞ with Exp(1) entries: b → E[λ²]/E[λ³] = 1/3, the paper's E ŷ → ⟨w, x_q⟩/3
     assert jnp.allclose(zhang.random_covariance_limit(*prior.raw_moments(), d, 10**9)[2], 1 / 3, rtol=1e-6)
+
+
+def test_an_integer_array_prompt_length_keeps_double_precision():
+    """A sweep hands N over as an integer array: Γ and the limits built on it stay float64, equal to a Python int's."""
+    N = 20
+    for n in (jnp.int32(N), jnp.int64(N)):
+        assert zhang.gamma(LAM, n).dtype == jnp.float64
+        assert jnp.allclose(zhang.gamma(LAM, n), zhang.gamma(LAM, N), rtol=1e-15, atol=0)
+        assert jnp.allclose(zhang.min_population_loss(LAM, n), zhang.min_population_loss(LAM, N), rtol=1e-15, atol=0)
+        b_int, b_array = (zhang.random_covariance_limit(1.0, 2.0, 6.0, 3, m)[2] for m in (N, n))
+        assert jnp.allclose(b_array, b_int, rtol=1e-15, atol=0)

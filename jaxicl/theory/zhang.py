@@ -16,8 +16,10 @@ from ..models.lsa import LinearSelfAttention
 @jax.jit
 def gamma(Lam, N):
     """Γ = (1 + 1/N) Λ + tr(Λ)/N · I: Zhang et al.'s Thm 4.1, and Ahn et al.'s Thm 1 (eq. 8, Σ for Λ, n for N),
-    the same matrix (`jaxicl.theory.ahn` uses this one). Jitted: the checks call it eagerly."""
+    the same matrix (`jaxicl.theory.ahn` uses this one). Jitted: the checks call it eagerly. N is taken in Λ's
+    dtype: an integer array N (a sweep's axis) would otherwise make 1/N single precision."""
     Lam = jnp.asarray(Lam)
+    N = jnp.asarray(N, Lam.dtype)
     d = Lam.shape[-1]
     return (1 + 1 / N) * Lam + jnp.trace(Lam) / N * jnp.eye(d, dtype=Lam.dtype)
 
@@ -157,7 +159,9 @@ def query_shift_error(Lam, Lam_query, N, M):
 
 
 def random_covariance_gammas(m1, m2, m3, d, N):
-    """γ_i, ξ_i of (C.3) for iid diagonal entries with raw moments m1, m2, m3 (same for all i)."""
+    """γ_i, ξ_i of (C.3) for iid diagonal entries with raw moments m1, m2, m3 (same for all i); N as a float, as in
+    `gamma`."""
+    N = jnp.asarray(N, jnp.result_type(m3, float))
     g = (N + 1) / N * m3 + (m3 + (d - 1) * m1 * m2) / N
     return g, m2
 
