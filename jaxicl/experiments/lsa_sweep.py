@@ -198,17 +198,17 @@ def default_plot(ds):
         theory = theory.isel(seed=0)
     gap = np.maximum(np.abs((sim - theory) / theory), 1e-16)  # a flow that reached the minimum to rounding
     sim, gap = sim.transpose(x, ...), gap.transpose(x, ...)  # x first, then the seeds: a point's seeds side by side
-    xs = np.repeat(ds[x].values, 1 if x == "seed" else ds.sizes["seed"])
+    values = ds[x].values
+    xs = np.repeat(values, 1 if x == "seed" else ds.sizes["seed"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, v in enumerate(ds[colour].values if colour else [None]):
         at = {colour: v} if colour else {}
         c, label = f"C{i % 10}", (f"{colour} = {v}" if colour else None)
         left.plot(xs, sim.sel(at).values.ravel(), "o", color=c, label=label)
-        left.plot(ds[x], theory.sel(at), "--", color=c)
+        left.plot(values, theory.sel(at), "--", color=c)
         right.plot(xs, gap.sel(at).values.ravel(), "o", color=c, label=label)
     left.plot([], [], "k--", label="Lemma 5.3 minimum")
     left.plot([], [], "ko", label="gradient flow at t1")
-    values = ds[x].values
     for ax in (left, right):
         if x != "seed" and values.min() > 0 and values.max() >= 10 * values.min():
             ax.set_xscale("log")
