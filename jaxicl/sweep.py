@@ -362,8 +362,8 @@ def sweep(
             it receives ``fold_in(key, seed)`` (``seed`` must then be an axis). Returns a pytree of
             arrays (a dict gives named variables).
         grid: axis name → 1-D list of numbers.
-        chunk_size: points per compiled call (default: up to 1024), rounded up to a multiple of the device count;
-            either way lowered until the compiled program fits in ``memory_budget``.
+        chunk_size: points per compiled call (default 1024), at most the grid's points, rounded up to a multiple of
+            the device count; either way lowered until the compiled program fits in ``memory_budget``.
         out: directory for resumable chunk files (see module docstring).
         devices: devices of the 1-D mesh (default: where `jaxicl.runtime.placement` puts throughput-bound work, every
             process's accelerators, or the host's CPU devices under ``--device cpu``).
@@ -410,7 +410,9 @@ def sweep(
         raise SweepConfigError("devices is empty: pass at least one device (default: jax.devices()).")
     n_dev = len(devices)
     requested = chunk_size
-    chunk_size = -(-int(min(1024, n_points) if chunk_size is None else chunk_size) // n_dev) * n_dev  # a multiple
+    # a multiple of the device count, and never more points than the grid has: a chunk is padded by repeating the
+    # last point, so a larger one would compute its padding (64 points for a grid of 4)
+    chunk_size = -(-min(n_points, 1024 if chunk_size is None else chunk_size) // n_dev) * n_dev
     takes_key = _takes_key(run_fn, axes)
     base_key = jax.device_put(
         jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made

@@ -37,6 +37,16 @@ def test_sweep_equals_python_loop_and_a_depth_axis_compiles_once():
     assert json.loads(ds.attrs["config"])["grid"]["depth"] == grid["depth"]
 
 
+def test_a_chunk_larger_than_the_grid_computes_the_grids_points_only():
+    """A chunk is padded by repeating the grid's last point: ``chunk_size`` = 64 (the TOML sweep's default) for a
+    grid of 4 points compiles a chunk of 4 (rounded up to the device count), not 64 points of which 60 are padding."""
+    n_dev = len(jax.devices())
+    grid = {"depth": [1, 2], "scale": [0.5, 1.0]}
+    ds = icl.sweep(H.depth_product, grid, chunk_size=64)
+    assert ds.attrs["chunk_size"] == -(-4 // n_dev) * n_dev and ds.attrs["n_chunks"] == 1
+    np.testing.assert_array_equal(ds["prod"].values, icl.sweep(H.depth_product, grid, chunk_size=1)["prod"].values)
+
+
 def test_seed_folds_into_the_key():
     ds = icl.sweep(H.noisy_point, {"x": [0.0, 1.0], "seed": [0, 1, 2]})
     v = ds["value"].values
