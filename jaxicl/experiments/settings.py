@@ -244,16 +244,15 @@ def apply(cfg, overrides: dict[str, Any]):
     changes: dict[str, dict[str, Any]] = {}
     for key, value in overrides.items():
         if key not in fields:
-            parent = key.split(".")[0]
-            if "." in key and parent in nested and getattr(cfg, parent) is None:
-                raise SettingsError(f"{key}: {parent} is off in this run (--skip-transformers?).")
             from . import available
 
-            paper, _, rest = key.partition(".")
-            if "." in key and paper in available():  # `[zhang2023]` in a file, or --set zhang2023.d=3
+            parent, dotted, rest = key.partition(".")
+            if dotted and parent in nested and getattr(cfg, parent) is None:
+                raise SettingsError(f"{key}: {parent} is off in this run (--skip-transformers?).")
+            if dotted and parent in available():  # `[zhang2023]` in a file, or --set zhang2023.d=3
                 raise SettingsError(
                     f"unknown setting {key!r}: a paper's settings are named without the paper ({rest!r}), as "
-                    f"`jaxicl config {paper}` prints them."
+                    f"`jaxicl config {parent}` prints them."
                 )
             close = difflib.get_close_matches(key, fields, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
