@@ -10,9 +10,14 @@
      the whole loop, warm-up and repeats, would take minutes.
 2. Throughput of the ``loss_grad`` sweep with 1, 2 and 4 forced host devices (subprocesses with
    ``XLA_FLAGS=--xla_force_host_platform_device_count=K``).
+3. A grid smaller than its ``chunk_size``: the ``lsa:flow`` stage's point (Kvaerno5, float64, d = 3, t1 = 200) over
+   κ × N = 2 × 2 with ``chunk_size = 64`` (the TOML sweep's default). The sweep compiles a chunk of the grid's 4
+   points; before 748a9b1 it computed a chunk of 64, the last point repeated as padding: that program, on that padded
+   chunk, is timed in the same run.
 
-Run: ``python benchmarks/bench_sweep.py [--repeats 3]``. Float32 (the default dtype). The results are recorded as
-``bench_sweep`` (item 1) and ``bench_sweep_devices`` (item 2) (``benchmarks/results.py``).
+Run: ``python benchmarks/bench_sweep.py [--repeats 3] [--only loops|devices|padding]``. Float32 (the default dtype)
+but for item 3. The results are recorded as ``bench_sweep`` (item 1), ``bench_sweep_devices`` (item 2) and
+``bench_sweep_padding`` (item 3) (``benchmarks/results.py``).
 """
 
 from __future__ import annotations
@@ -108,11 +113,50 @@ def devices_mode(repeats):
     print(json.dumps({"devices": len(jax.devices()), "seconds": t, "points_per_second": 1000 / t}))
 
 
+def padding(repeats):
+    """Item 3: the sweep of a 4-point grid with ``chunk_size`` = 64 against the program for the padded chunk of 64."""
+    import importlib
+
+    from jaxicl.experiments.lsa_sweep import LSAFlowPoint
+
+    S = importlib.import_module("jaxicl.sweep")  # the module (``jaxicl.sweep`` is also the function)
+    point = LSAFlowPoint(d=3, t1=200.0)
+
+    def run_fn(kappa, n_context, seed, key):
+        return point(kappa, n_context, key)
+
+    grid, chunk = {"kappa": [1.0, 4.0], "n_context": [5, 10], "seed": [0]}, 64
+    with jax.enable_x64(True):
+        t_sweep = median_time(lambda: icl.sweep(run_fn, grid, chunk_size=chunk, progress=False), repeats)
+        devices = tuple(jax.devices())
+        axes = S._grid_axes(grid)
+        dtypes = tuple((k, S._as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
+        base_key = jax.device_put(jax.random.PRNGKey(0), S._point_sharding(devices, ()))
+        padded = S._compiled(run_fn, True, devices, dtypes, chunk, base_key)
+        inputs = S._chunk_inputs(axes, 0, chunk, S._point_sharding(devices))
+        t_padded = median_time(lambda: jax.block_until_ready(padded(inputs, base_key)), repeats)
+    row = {
+        "point": "lsa:flow, d = 3, t1 = 200 (float64)",
+        "grid points": 4,
+        "chunk_size": chunk,
+        "sweep seconds (chunk of 4)": t_sweep,
+        "padded chunk of 64 seconds": t_padded,
+        "padded ÷ sweep": t_padded / t_sweep,
+    }
+    record("bench_sweep_padding", [row])
+    print(
+        f"4-point grid, chunk_size {chunk}: sweep {t_sweep:.3f} s, padded chunk {t_padded:.3f} s, "
+        f"ratio {t_padded / t_sweep:.1f}x",
+        flush=True,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--devices-mode", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip-devices", action="store_true", help="skip the forced-host-device runs (CPU only)")
+    parser.add_argument("--only", choices=("loops", "devices", "padding"), help="run one item (default: all)")
     args = parser.parse_args()
     if args.devices_mode:
         return devices_mode(args.repeats)
@@ -127,7 +171,7 @@ def main():
         )
     )
     rows = []
-    for name in FUNCS:
+    for name in FUNCS if args.only in (None, "loops") else ():
         reps = args.repeats
         t_sweep = median_time(lambda: run_sweep(name), reps)
         t_loop = median_time(lambda: run_loop(name), reps) * LOOP_STRIDE[name]
@@ -150,7 +194,8 @@ def main():
             flush=True,
         )
     devices = []
-    for k in () if args.skip_devices or jax.default_backend() != "cpu" else (1, 2, 4):
+    skip_devices = args.skip_devices or args.only not in (None, "devices") or jax.default_backend() != "cpu"
+    for k in () if skip_devices else (1, 2, 4):
         env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={k}"}
         res = subprocess.run(
             [sys.executable, __file__, "--devices-mode", "--repeats", str(args.repeats)],
@@ -168,6 +213,8 @@ def main():
         devices.append({"forced host devices": k, "seconds": row["seconds"], "points per s": row["points_per_second"]})
     if devices:
         record("bench_sweep_devices", devices)
+    if args.only in (None, "padding"):
+        padding(args.repeats)
 
 
 if __name__ == "__main__":
