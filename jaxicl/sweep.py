@@ -420,7 +420,9 @@ def sweep(
     )
     budget = device_memory_budget(devices[0]) if memory_budget is None else int(memory_budget)
     out_dir = Path(out) if out is not None else None
-    fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else chunk_size, meta)
+    # the requested size (rounded up to the device count), not the capped one: a directory written before chunks
+    # were capped at the grid's points records the same fingerprint, and resumes with the chunk size it holds
+    fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else -(-requested // n_dev) * n_dev, meta)
     dtypes = tuple((k, _as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
 
     stored_chunk_size = _prepare_out(out_dir, fingerprint) if out_dir is not None else None

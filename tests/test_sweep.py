@@ -47,6 +47,29 @@ def test_a_chunk_larger_than_the_grid_computes_the_grids_points_only():
     np.testing.assert_array_equal(ds["prod"].values, icl.sweep(H.depth_product, grid, chunk_size=1)["prod"].values)
 
 
+def test_a_sweep_with_a_chunk_larger_than_the_grid_resumes_under_its_old_and_its_new_chunk(tmp_path):
+    """``config.json`` records the requested chunk size, and ``chunk_points`` the one the chunks hold: a rerun
+    resumes, and so does a directory written when such a chunk was padded to the requested size."""
+    n_dev = len(jax.devices())
+    grid = {"depth": [1, 2], "scale": [0.5, 1.0]}
+    fresh = icl.sweep(H.depth_product, grid)["prod"].values
+    out = tmp_path / "run"
+    icl.sweep(H.depth_product, grid, chunk_size=64, out=out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["chunk_size"], cfg["chunk_points"]) == (-(-64 // n_dev) * n_dev, -(-4 // n_dev) * n_dev)
+    stamps = {f.name: f.stat().st_mtime_ns for f in out.glob("chunk_*.npz")}
+    again = icl.sweep(H.depth_product, grid, chunk_size=64, out=out)
+    assert stamps and all(f.stat().st_mtime_ns == stamps[f.name] for f in out.glob("chunk_*.npz"))
+    np.testing.assert_array_equal(again["prod"].values, fresh)
+    # as written before the cap: the requested size, padded, in both fields, and no chunk finished yet
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({**cfg, "chunk_points": cfg["chunk_size"]}))
+    resumed = icl.sweep(H.depth_product, grid, chunk_size=64, out=old)
+    assert resumed.attrs["chunk_size"] == cfg["chunk_size"]  # the chunks on disk fix the chunk size
+    np.testing.assert_array_equal(resumed["prod"].values, fresh)
+
+
 def test_seed_folds_into_the_key():
     ds = icl.sweep(H.noisy_point, {"x": [0.0, 1.0], "seed": [0, 1, 2]})
     v = ds["value"].values
