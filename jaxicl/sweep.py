@@ -409,10 +409,14 @@ def sweep(
     if not devices:
         raise SweepConfigError("devices is empty: pass at least one device (default: jax.devices()).")
     n_dev = len(devices)
-    requested = chunk_size
-    # a multiple of the device count, and never more points than the grid has: a chunk is padded by repeating the
-    # last point, so a larger one would compute its padding (64 points for a grid of 4)
-    chunk_size = -(-min(n_points, 1024 if chunk_size is None else chunk_size) // n_dev) * n_dev
+
+    def up(n):  # the next multiple of the device count
+        return -(-n // n_dev) * n_dev
+
+    requested = None if chunk_size is None else up(chunk_size)
+    # never more points than the grid has: a chunk is padded by repeating the last point, so a larger one would
+    # compute its padding (64 points for a grid of 4)
+    chunk_size = min(up(n_points), up(1024) if requested is None else requested)
     takes_key = _takes_key(run_fn, axes)
     base_key = jax.device_put(
         jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made
@@ -420,9 +424,9 @@ def sweep(
     )
     budget = device_memory_budget(devices[0]) if memory_budget is None else int(memory_budget)
     out_dir = Path(out) if out is not None else None
-    # the requested size (rounded up to the device count), not the capped one: a directory written before chunks
-    # were capped at the grid's points records the same fingerprint, and resumes with the chunk size it holds
-    fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else -(-requested // n_dev) * n_dev, meta)
+    # the requested size, not the capped one: a directory written before chunks were capped at the grid's points
+    # records the same fingerprint, and resumes with the chunk size it holds
+    fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else requested, meta)
     dtypes = tuple((k, _as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
 
     stored_chunk_size = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
