@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import time
 import jax
 import jax.numpy as jnp
 from results import record  # benchmarks/results.py
+from timing import median_time  # benchmarks/timing.py
 
 import jaxicl as icl
 from jaxicl.experiments.lsa_sweep import geometric_covariance
@@ -58,16 +58,6 @@ def flow(kappa, n_context, key, d=3):
 
 
 FUNCS = {"loss_grad": loss_grad, "flow": flow}
-
-
-def median_time(fn, repeats):
-    fn()  # compile + warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _point_loss_grad(kappa, n_context, seed, key):
@@ -109,7 +99,7 @@ def run_loop_points(name):
 
 
 def devices_mode(repeats):
-    t = median_time(lambda: run_sweep("loss_grad"), repeats)
+    t = median_time(run_sweep, "loss_grad", repeats=repeats)
     print(json.dumps({"devices": len(jax.devices()), "seconds": t, "points_per_second": 1000 / t}))
 
 
@@ -127,14 +117,14 @@ def padding(repeats):
 
     grid, chunk = {"kappa": [1.0, 4.0], "n_context": [5, 10], "seed": [0]}, 64
     with jax.enable_x64(True):
-        t_sweep = median_time(lambda: icl.sweep(run_fn, grid, chunk_size=chunk, progress=False), repeats)
+        t_sweep = median_time(lambda: icl.sweep(run_fn, grid, chunk_size=chunk, progress=False), repeats=repeats)
         devices = tuple(jax.devices())
         axes = S._grid_axes(grid)
         dtypes = tuple((k, S._as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
         base_key = jax.device_put(jax.random.PRNGKey(0), S._point_sharding(devices, ()))
         padded = S._compiled(run_fn, True, devices, dtypes, chunk, base_key)
         inputs = S._chunk_inputs(axes, 0, chunk, S._point_sharding(devices))
-        t_padded = median_time(lambda: jax.block_until_ready(padded(inputs, base_key)), repeats)
+        t_padded = median_time(padded, inputs, base_key, repeats=repeats)
     row = {
         "point": "lsa:flow, d = 3, t1 = 200 (float64)",
         "grid points": 4,
@@ -173,8 +163,8 @@ def main():
     rows = []
     for name in FUNCS if args.only in (None, "loops") else ():
         reps = args.repeats
-        t_sweep = median_time(lambda: run_sweep(name), reps)
-        t_loop = median_time(lambda: run_loop(name), reps) * LOOP_STRIDE[name]
+        t_sweep = median_time(run_sweep, name, repeats=reps)
+        t_loop = median_time(run_loop, name, repeats=reps) * LOOP_STRIDE[name]
         n_pts = len(run_loop_points(name))
         rows.append(
             {
