@@ -121,7 +121,30 @@ def test_jaxicl_config_says_what_each_setting_means(capsys):
     text = capsys.readouterr().out
     assert "# Fig. 3: the gap against N, m = 100, τ = 0.01\nfig3_m = 100" in text
     assert "beta = 1.0  # Q_h ~ N(0, β²)" in text and "\n[transformer]\n" in text
+    assert (  # a heading of two lines, both kept
+        "# Fig. 4: a sweep over H (padded to the next power of two, masked), the same step sizes for every H, in Thm 1's"
+        "\n# regime: η_Q = 1/L is below 1e-19" in text
+    )
     assert cli.main(["config", "nope"]) == 2
+
+
+def test_jaxicl_config_prints_each_comment_of_the_settings_whole(capsys):
+    """A comment over a setting in its Config class's source, of any number of lines, is printed by `jaxicl config`
+    from its first line on: none starts mid-sentence (as six did, four of them the AlgoFormer's, when only a
+    comment's last line was kept)."""
+    import inspect
+
+    firsts, starts = set(), []
+    for name in available():
+        cfg = _modules([name])[name].SIZES["quick"]
+        nested = [getattr(cfg, f.name) for f in dataclasses.fields(cfg)]
+        for c in {type(cfg), *(type(v) for v in nested if dataclasses.is_dataclass(v))}:
+            lines = [line.strip() for line in inspect.getsource(c).splitlines()]
+            firsts |= {b.lstrip("# ") for a, b in zip(lines, lines[1:]) if b.startswith("#") and not a.startswith("#")}
+        assert cli.main(["config", name]) == 0
+        out = capsys.readouterr().out.splitlines()[3:]  # below the title, the size line and a blank line
+        starts += [b[2:] for a, b in zip(["", *out], out) if b.startswith("# ") and not a.startswith("#")]
+    assert len(starts) >= 9 and all(s in firsts for s in starts), [s for s in starts if s not in firsts]
 
 
 def test_set_wins_over_config_and_values_parse_as_toml(tmp_path):

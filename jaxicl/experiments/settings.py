@@ -126,7 +126,8 @@ def flat(cfg) -> dict[str, Any]:
 
 def field_docs(cfg) -> tuple[dict[str, str], dict[str, str]]:
     """(docs, headings): what each setting of ``cfg`` means, read from its class's source: a field's trailing comment,
-    and the comment line that heads its group (``# Fig. 3: the gap against N``), if any; nested configs' dotted."""
+    and the comment that heads its group (``# Fig. 3: the gap against N``; all its lines, joined by newlines), if any;
+    nested configs' dotted."""
     import inspect
     import re
 
@@ -136,12 +137,14 @@ def field_docs(cfg) -> tuple[dict[str, str], dict[str, str]]:
         source = inspect.getsource(type(cfg))
     except (OSError, TypeError):
         return docs, headings
-    section = ""
+    section, in_comment = "", False
     for line in source.splitlines()[1:]:
         stripped = line.strip()
-        if stripped.startswith("#"):
-            section = stripped.lstrip("# ").rstrip()
+        if stripped.startswith("#"):  # a comment of several lines is one heading, its lines kept
+            text = stripped.lstrip("# ").rstrip()
+            section, in_comment = (f"{section}\n{text}" if in_comment else text), True
             continue
+        in_comment = False
         match = re.match(r"(\w+)\s*:[^#]*?(?:#\s*(.*))?$", stripped)
         if not match or not hasattr(cfg, match.group(1)):
             if not stripped:
@@ -355,7 +358,7 @@ def to_toml(
         ]
         text = f"{name} = {toml_value(values[key])}" + (f"  # {'; '.join(note)}" if note else "")
         heading, shown[0] = (headings.get(key) if headings.get(key) != shown[0] else None), headings.get(key)
-        return f"# {heading}\n{text}" if heading else text
+        return "".join(f"# {part}\n" for part in heading.split("\n")) + text if heading else text
 
     lines = [
         f"# {title}" if title else "# settings",
