@@ -120,9 +120,8 @@ def padding(repeats):
         t_sweep = median_time(lambda: icl.sweep(run_fn, grid, chunk_size=chunk, progress=False), repeats=repeats)
         devices = tuple(jax.devices())
         axes = S._grid_axes(grid)
-        dtypes = tuple((k, S._as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
-        base_key = jax.device_put(jax.random.PRNGKey(0), S._point_sharding(devices, ()))
-        padded = S._compiled(run_fn, True, devices, dtypes, chunk, base_key)
+        base_key = S._replicated_key(None, devices)
+        padded = S._compiled(run_fn, True, devices, S._point_dtypes(axes), chunk, base_key)
         inputs = S._chunk_inputs(axes, 0, chunk, S._point_sharding(devices))
         t_padded = median_time(padded, inputs, base_key, repeats=repeats)
     row = {

@@ -303,6 +303,16 @@ def _batched(run_fn, takes_key: bool, devices: tuple):
     )
 
 
+def _replicated_key(key, devices) -> jax.Array:
+    """The sweep's base key (``PRNGKey(0)`` if ``key`` is None) replicated on the mesh of ``devices``, wherever made."""
+    return jax.device_put(jax.random.PRNGKey(0) if key is None else key, _point_sharding(tuple(devices), ()))
+
+
+def _point_dtypes(axes: dict) -> tuple:
+    """(name, dtype) of each grid axis as a point's input (`_as_jax_dtype`): with the chunk size, the program's key."""
+    return tuple((k, _as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
+
+
 def _compiled(run_fn, takes_key: bool, devices: tuple, dtypes: tuple, chunk_size: int, base_key):
     """The compiled program for chunks of ``chunk_size`` points, one per (run_fn, devices, point dtypes, chunk
     size), reused across calls: a second sweep of the same function and chunk shape does not compile again."""
@@ -418,16 +428,13 @@ def sweep(
     # compute its padding (64 points for a grid of 4)
     chunk_size = min(up(n_points), up(1024) if requested is None else requested)
     takes_key = _takes_key(run_fn, axes)
-    base_key = jax.device_put(
-        jax.random.PRNGKey(0) if key is None else key,  # replicated on the mesh, wherever made
-        _point_sharding(tuple(devices), ()),
-    )
+    base_key = _replicated_key(key, devices)
     budget = device_memory_budget(devices[0]) if memory_budget is None else int(memory_budget)
     out_dir = Path(out) if out is not None else None
     # the requested size, not the capped one: a directory written before chunks were capped at the grid's points
     # records the same fingerprint, and resumes with the chunk size it holds
     fingerprint = _fingerprint(run_fn, axes, "auto" if requested is None else requested, meta)
-    dtypes = tuple((k, _as_jax_dtype(v[:1]).dtype) for k, v in axes.items())
+    dtypes = _point_dtypes(axes)
 
     stored_chunk_size = _prepare_out(out_dir, fingerprint) if out_dir is not None else None
     program, outputs_checked = None, False
