@@ -215,7 +215,7 @@ def _reproduce_part(args, names: list[str], size: str, overrides: dict | None = 
 def _cmd_stage_sweep(args) -> int:
     """``jaxicl sweep --stage PAPER:STAGE --grid KEY=[...]``: experiments.stage_sweep."""
     from .experiments import settings
-    from .experiments.stage_sweep import stages, sweep_stage, verdict_table
+    from .experiments.stage_sweep import check_stage_sweep, stages, sweep_stage, verdict_table
 
     if args.list_stages:
         for name, what in stages().items():
@@ -227,6 +227,7 @@ def _cmd_stage_sweep(args) -> int:
     try:
         grid = dict(settings.parse_assignment(a) for a in args.grid or ())
         overrides = dict(settings.parse_assignment(a) for a in args.set or ())
+        check_stage_sweep(args.stage, grid, _size(args), overrides)  # bad input leaves no --out behind
         writable_directory(args.out, "--out")
         with exclusive_output(args.out):  # one writer per --out
             _use_cache(args)
@@ -249,7 +250,7 @@ def _cmd_stage_sweep(args) -> int:
 
 def _cmd_sweep(args) -> int:
     from .experiments.settings import SettingsError
-    from .experiments.stage_sweep import sweep_stage
+    from .experiments.stage_sweep import check_stage_sweep, sweep_stage
     from .sweep import SweepConfigError
     from .sweep_config import ConfigError, as_stage, load_config
 
@@ -264,6 +265,7 @@ def _cmd_sweep(args) -> int:
     try:
         cfg = load_config(args.config)
         grid, overrides, out = as_stage(cfg)  # the file is one case of `--stage lsa:flow`
+        check_stage_sweep("lsa:flow", grid, overrides=overrides)  # bad input leaves no outputs.dir behind
         writable_directory(out, "outputs.dir")
         with exclusive_output(out, "outputs.dir"), watchdog.watching():  # one writer; a deadlocked sweep is started
             _use_cache(args)

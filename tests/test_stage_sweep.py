@@ -93,6 +93,39 @@ def test_a_vmapped_stage_sweep_counts_its_grid_before_building_it(tmp_path):
         stage_sweep.sweep_stage("lsa:flow", axes, out=tmp_path)
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--stage", "nopaper:x", "--grid", "d=[2]"], "unknown reproduction 'nopaper'"),
+        (["--stage", "gatmiry2024:nothing", "--grid", "d=[2]"], "no sweepable stage 'nothing'"),
+        (["--stage", "gatmiry2024:thm6_thm7", "--grid", "dd=[2]"], "Did you mean 'd'"),
+        (["--stage", "gatmiry2024:thm6_thm7", "--grid", "d=[2,-1]"], "d must be >= 1"),
+        (["--stage", "gatmiry2024:thm6_thm7", "--grid", "d=[2]", "--set", "n=-3"], "n must be >= 1"),
+        (["--stage", "gatmiry2024:constructions", "--grid", "eps=[1e-3,1e-3]"], "appear more than once"),
+        (["--stage", "lsa:flow", "--grid", "kappa=[1]", "--grid", "d=[2,0]"], "d must be >= 1"),
+    ],
+)
+def test_a_refused_stage_sweep_leaves_no_out_behind(argv, says, tmp_path, capsys):
+    """Bad input is refused (exit status 2, saying why) before ``--out`` is created or locked: a mistyped command
+    leaves no empty output folder holding a lock file (it used to, for every error the stage sweep itself found)."""
+    out = tmp_path / "out"
+    assert cli.main(["sweep", *argv, "--out", str(out)]) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_sweep_file_whose_grid_is_refused_leaves_no_outputs_dir_behind(tmp_path, capsys):
+    """`jaxicl sweep FILE.toml` checks the stage sweep it is (its grid's size among the rest) before it creates
+    ``outputs.dir``."""
+    out = tmp_path / "out"
+    path = tmp_path / "c.toml"
+    axes = ", ".join(str(k) for k in range(1, 1002))
+    path.write_text(f"[grid]\nkappa = [{axes}]\nn_context = [{axes}]\n[outputs]\ndir = '{out}'\n")
+    assert cli.main(["sweep", str(path)]) == 2
+    assert "more than the 1,000,000 this stage sweep runs" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_stage_sweep_command_line(tmp_path, capsys):
     assert cli.main(["sweep", "--list-stages"]) == 0
     assert "gatmiry2024:thm6_thm7" in capsys.readouterr().out

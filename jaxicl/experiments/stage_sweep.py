@@ -119,9 +119,9 @@ def _checked_axes(base, grid: dict[str, list], limit: int) -> dict[str, list]:
     return axes
 
 
-def _points(base, grid: dict[str, list], limit: int = MAX_POINTS) -> list[tuple[dict, object]]:
-    """Every grid point as (setting -> value, its Config), all validated before any work (`_checked_axes` first)."""
-    _checked_axes(base, grid, limit)
+def _points(base, grid: dict[str, list]) -> list[tuple[dict, object]]:
+    """Every point of a grid that `_checked_axes` passed, as (setting -> value, its Config), each combination
+    validated before any work."""
     keys = list(grid)
     points = []
     for combo in itertools.product(*(grid[k] for k in keys)):
@@ -154,6 +154,25 @@ def _run_point(fn, cfg) -> xr.Dataset:
     return ds
 
 
+def check_stage_sweep(stage: str, grid: dict[str, list], size: str = "quick", overrides: dict | None = None) -> None:
+    """Refuse (`settings.SettingsError`) a stage sweep whose stage, size, settings or grid are bad, as `sweep_stage`
+    does before any work: ``jaxicl sweep`` calls it before it creates or locks ``--out``, so that a mistyped command
+    leaves nothing behind."""
+    _validated(stage, grid, size, overrides)
+
+
+def _validated(stage: str, grid: dict[str, list], size: str, overrides: dict | None):
+    """(module, stage function, base Config, checked axes, points) of a stage sweep, everything validated and no point
+    computed; ``points`` is None for a stage that sweeps ``grid`` itself, as one vmapped program (its ``grid_axes``)."""
+    _, module, fn = _stage(stage)
+    if size not in module.SIZES:
+        raise settings.SettingsError(f"size must be one of {sorted(module.SIZES)}, got {size!r}.")
+    base = settings.apply(module.SIZES[size], overrides or {})
+    vmapped = set(grid) <= set(getattr(fn, "grid_axes", ()))
+    axes = _checked_axes(base, grid, MAX_VMAPPED_POINTS if vmapped else MAX_POINTS)  # no point built yet
+    return module, fn, base, axes, None if vmapped else _points(base, grid)
+
+
 def sweep_stage(
     stage: str,
     grid: dict[str, list],
@@ -164,30 +183,25 @@ def sweep_stage(
 ) -> xr.Dataset:
     """Run ``stage`` ("paper:name") at every point of ``grid`` (setting -> list of values) on top of ``size``'s
     config with ``overrides``; returns the stacked dataset (module docstring). With ``out``, resumable point by
-    point, and the result is also written to ``out/sweep.nc``."""
+    point, and the result is also written to ``out/sweep.nc``. Bad input is refused first, as `check_stage_sweep`
+    refuses it."""
     import jax
     from tqdm.auto import tqdm
 
-    paper, module, fn = _stage(stage)
-    if size not in module.SIZES:
-        raise settings.SettingsError(f"size must be one of {sorted(module.SIZES)}, got {size!r}.")
-    base = settings.apply(module.SIZES[size], overrides or {})
-    vmapped = set(grid) <= set(getattr(fn, "grid_axes", ()))  # the stage sweeps these itself, as one program
-    whole = _checked_axes(base, grid, MAX_VMAPPED_POINTS if vmapped else MAX_POINTS)  # validated, no point built
+    module, fn, base, whole, points = _validated(stage, grid, size, overrides)
     attrs = dict(
         stage=stage,
         size=size,
         grid=json.dumps({k: list(v) for k, v in grid.items()}),
         settings=json.dumps({k: repr(v) for k, v in (overrides or {}).items()}),
     )
-    if vmapped:
+    if points is None:  # the stage sweeps the grid itself, as one program
         with jax.enable_x64(getattr(module, "STAGE_X64", True)):
             ds = fn(base, grid=whole, out=out, progress=progress)
         ds = ds.assign_attrs(attrs)
         if out is not None:
             save_dataset(ds, Path(out) / "sweep.nc")
         return ds
-    points = _points(base, grid)
     folder = None if out is None else Path(out) / "points"
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
