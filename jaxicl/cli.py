@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -212,14 +213,25 @@ def _reproduce_part(args, names: list[str], size: str, overrides: dict | None = 
     return 0
 
 
+def _print_stages(table: dict[str, str]) -> None:
+    """Each stage's name on a line of its own, then what it computes, indented and wrapped to the terminal's width
+    (a docstring's ``code`` printed as `code`)."""
+    import shutil
+    import textwrap
+
+    width = max(40, min(shutil.get_terminal_size().columns, 120))
+    for name, what in table.items():
+        print(name)
+        print(textwrap.fill(what.replace("``", "`"), width, initial_indent="    ", subsequent_indent="    "))
+
+
 def _cmd_stage_sweep(args) -> int:
     """``jaxicl sweep --stage PAPER:STAGE --grid KEY=[...]``: experiments.stage_sweep."""
     from .experiments import settings
     from .experiments.stage_sweep import check_stage_sweep, stages, sweep_stage, verdict_table
 
     if args.list_stages:
-        for name, what in stages().items():
-            print(f"{name:32s} {what}")
+        _print_stages(stages())
         return 0
     if args.config is not None:
         print("jaxicl sweep: give a TOML file or --stage, not both", file=sys.stderr)
@@ -310,7 +322,7 @@ XLA:CPU deadlocks them."""
 _EXIT_STATUS = """\
 exit status: 0 every asserted check passed; 1 one failed (named on stderr), a process died or the disk is full;
 2 bad input (refused before any work); 3 a --budget run has training left (run the same command again);
-130 interrupted by Ctrl-C (the same command resumes)."""
+130 interrupted by Ctrl-C (the same command resumes); 141 its output closed by the reader (`| head`)."""
 
 _EPILOG = f"""\
 examples:
@@ -493,7 +505,9 @@ def main(argv=None) -> int:
 def _known_errors_as_messages(func, args) -> int:
     """``func(args)``, with the errors the library raises for a known cause printed as one message (what, where, what
     to do) instead of a traceback: bad input (a checkpoint or chunk of other settings, a sweep that cannot fit, a
-    setting) exits 2; a --jobs process that died and a full disk exit 1, saying what was kept; Ctrl-C exits 130."""
+    setting) exits 2; a --jobs process that died and a full disk exit 1, saying what was kept; Ctrl-C exits 130; a
+    reader that closes the output (a pipe into ``head``) ends the command quietly with 141, as a shell reports a
+    command that SIGPIPE ended."""
     import errno
 
     from .dynamics.train import CheckpointError
@@ -503,7 +517,12 @@ def _known_errors_as_messages(func, args) -> int:
     from .sweep_config import ConfigError
 
     try:
-        return func(args)
+        status = func(args)
+        sys.stdout.flush()  # a reader gone since the last write is found here, not by the interpreter's exit
+        return status
+    except BrokenPipeError:  # the reader of stdout is gone: nothing more can be shown, and no traceback either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's flush at exit fails too
+        return 141
     except (CheckpointError, SweepConfigError, SettingsError, ConfigError) as e:
         print(f"jaxicl: {e}", file=sys.stderr)
         return 2

@@ -18,6 +18,33 @@ def test_list(capsys):
     assert "zhang2023" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv", [["list"], ["sweep", "--list-stages"], ["config", "gatmiry2024"]])
+def test_a_reader_that_closed_the_output_ends_the_command_quietly(argv):
+    """`jaxicl list | head -1`: a reader gone before the command writes ends it with 141 (as a shell reports a
+    command that SIGPIPE ended), with nothing on stderr; it was a BrokenPipeError traceback."""
+    import subprocess
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write fails, deterministically
+    try:
+        p = subprocess.run(
+            [sys.executable, "-P", "-m", "jaxicl.cli", *argv], stdout=write_end, stderr=subprocess.PIPE, timeout=120
+        )
+    finally:
+        os.close(write_end)
+    assert (p.returncode, p.stderr.decode()) == (141, "")
+
+
+def test_the_stage_list_puts_each_name_on_its_line_and_wraps_what_it_computes(capsys, monkeypatch):
+    from jaxicl.experiments.stage_sweep import stages
+
+    monkeypatch.setenv("COLUMNS", "72")
+    assert cli.main(["sweep", "--list-stages"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln for ln in lines if not ln.startswith("    ")] == list(stages())
+    assert max(map(len, lines)) <= 72 and not any("``" in ln for ln in lines)
+
+
 def test_unknown_name_is_an_error(capsys):
     assert cli.main(["reproduce", "nope2099", "--out", "unused"]) == 2
     assert "unknown reproduction" in capsys.readouterr().err
