@@ -524,25 +524,31 @@ def test_gatmiry_trained_model_checks(monkeypatch):
         dims = ("kappa", "depth", "looped", "seed")
         curve = np.broadcast_to(loss[..., None], loss.shape + (4,)).copy()
         return xr.Dataset(
-            {"test_loss": (dims, loss), "test_median": (dims, loss / 2), "curve": ((*dims, "window"), curve)},
+            {
+                "test_loss": (dims, loss),
+                "test_se": (dims, 0.01 * loss),
+                "test_median": (dims, loss / 2),
+                "curve": ((*dims, "window"), curve),
+            },
             coords={"kappa": kappas, "depth": depths, "looped": [0, 1], "seed": [0, 1]},
         )
 
     good = G._fig1_checks(fig1(), cfg)
     assert_all_asserted_pass(good, 2)
-    for part in ("competitive with L layers", "depth helps", "at every deeper L"):
+    for part in ("competitive with L layers", "depth helps", "at every deeper L", "no added layer raises"):
         assert_verdict(good, part, "pass")
     bad = G._fig1_checks(fig1(untrained=True, looped_factor=3.0), cfg)
     assert_verdict(bad, "Fig. 1: every trained model learned", "FAIL")
     assert_verdict(bad, "more task diversity costs more: at L = 1", "FAIL")
     for part in ("depth helps", "competitive with L layers", "at every deeper L"):
         assert_verdict(bad, part, "not reproduced")
+    assert_verdict(bad, "no added layer raises", "pass")  # flat: the row on the largest L's loss catches it
     full = dataclasses.replace(cfg, **{k: getattr(G.SIZES["full"], k) for k in ("steps", "batch", "seeds")})
     trained = dataclasses.replace(cfg, steps=G.SIZES["trained"].steps, seeds=G.SIZES["trained"].seeds)
-    assert_all_asserted_pass(G._fig1_checks(fig1(), trained), 5)  # Fig. 1's trained claims: asserted from --trained
+    assert_all_asserted_pass(G._fig1_checks(fig1(), trained), 6)  # Fig. 1's trained claims: asserted from --trained
     assert not G.trained_enough(dataclasses.replace(trained, seeds=2))  # and over three seeds
     good_full = G._fig1_checks(fig1(), full)
-    assert_all_asserted_pass(good_full, 5)
+    assert_all_asserted_pass(good_full, 6)
     m = Mutations(good_full)
     m.fails(
         G._fig1_checks(fig1(untrained=True, looped_factor=1.0), full),
@@ -551,7 +557,27 @@ def test_gatmiry_trained_model_checks(monkeypatch):
         "every trained model learned",
     )
     m.fails(G._fig1_checks(fig1(looped_factor=3.0), full), "competitive with L layers")
+
+    # deep models left on a plateau above a shallower one's loss (a rise from L = 4 on): the largest L is still below
+    # half the smallest, and only the row on each added layer FAILs, from a rise of 2.5 standard errors per layer on
+    # (each of the two seeds' losses has a standard error of 1 %, their mean 1 %/√2, the difference of two means 1 %)
+    def plateau(per_layer):
+        ds = fig1()
+        at_4 = ds.test_loss.sel(depth=4)
+        for n, L in enumerate((6, 10), start=1):
+            ds["test_loss"].loc[dict(depth=L)] = at_4 * per_layer**n
+            ds["test_se"].loc[dict(depth=L)] = 0.01 * at_4
+        return G._fig1_checks(ds, full)
+
+    for per_layer in (1.1, 1 + 2.5 * 0.01):
+        checks = plateau(per_layer)
+        m.fails(checks, "no added layer raises")
+        assert [c.claim for c in checks if c.verdict == "FAIL"] == [
+            c.claim for c in checks if "no added layer raises" in c.claim
+        ]
     m.covered()
+    for per_layer in (1.0, 1 + 1.5 * 0.01):  # flat, or within the Monte-Carlo error: passes (the theorem's ≤)
+        assert_all_asserted_pass(plateau(per_layer), 6)
     # one model that learned nothing among the others: the learned row fails for it alone
     one_bad = fig1()
     one_bad["test_loss"].loc[dict(kappa=8.0, depth=4, looped=1, seed=1)] = 0.99 * cfg.d
@@ -559,12 +585,12 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     # one κ, one depth: the trends have no premise (an empty comparison would pass whatever the numbers)
     one = fig1(untrained=True).isel(kappa=[0], depth=[0])
     few = G._fig1_checks(one, dataclasses.replace(full, kappas=(2.0,), depths=(1,), fg_depths=(1,)))
-    for part in ("depth helps", "more task diversity"):
+    for part in ("depth helps", "more task diversity", "no added layer raises"):
         assert_verdict(few, part, "not applicable")
     # depths and κ in any order: the smallest L and the κ order are read from the settings
     shuffled = fig1().isel(kappa=[2, 0, 1], depth=[4, 0, 1, 2, 3])
     cfg_s = dataclasses.replace(full, kappas=tuple(kappas[[2, 0, 1]]), depths=tuple(depths[[4, 0, 1, 2, 3]]))
-    assert_all_asserted_pass(G._fig1_checks(shuffled, cfg_s), 5)
+    assert_all_asserted_pass(G._fig1_checks(shuffled, cfg_s), 6)
 
     def fig2(looped_growth, at_w0=1.0, exact_looped_growth=0.5):
         # (looped_growth, exact_looped_growth): the looped model's degradation out of distribution on Gaussian-X

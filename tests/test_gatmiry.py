@@ -342,6 +342,21 @@ def test_depth_curves_in_one_program_equal_each_models_fixed_gram_loss():
         losses.fixed_gram_depth_curves(layers[0], Sigma)
 
 
+def test_the_gradient_clip_reaches_adam():
+    """``clip`` bounds the gradient's global norm before Adam: at 1e-14, far below Adam's ε (1e-8), every update is at
+    most lr·1e-6 (lr·|g|/ε), so A stays at its initial value, where the unclipped training moves it by more than lr."""
+    cfg = dataclasses.replace(gat.Config(), d=2, n=4, batch=8, steps=6, lr=1e-2, curve_windows=2)
+    prior, key = tasks.UniformScale(1.0, 2.0), jax.random.PRNGKey(0)
+    A0 = cfg.init_scale * jax.random.normal(jax.random.split(key)[0], (2, cfg.d, cfg.d))
+
+    def moved(clip):
+        A, _ = gat.train_gaussian_x(key, dataclasses.replace(cfg, clip=clip), prior, False, 2, 2)
+        return float(jnp.max(jnp.abs(A - A0)))
+
+    assert moved(0.0) > cfg.lr  # six Adam steps of at most lr each per entry (cosine-decayed)
+    assert moved(1e-14) < 1e-5 * cfg.lr  # six such updates at most
+
+
 def test_a_diverging_fig1_run_raises_naming_the_grid_point_and_step():
     """The Fig. 1 sweep program carries no host callback (so the persistent cache can hold it); divergence is
     checked on the host from the returned first non-finite step. In float32, a 1e6 initial scale overflows the

@@ -74,6 +74,7 @@ def test_bad_overrides_on_the_command_line_stop_before_any_work(tmp_path, capsys
         (["yang2024", "--set", "transformer.lr=0.1", "--skip-transformers"], "transformer.lr: transformer is off"),
         (["algoformer", "--set", "lr=0.1", "--skip-transformers"], "settings given for algoformer, which this run"),
         (["gatmiry2024", "--set", "fig2_windows=[1.5]"], "settings that contradict each other: fig2_windows [1.5]"),
+        (["gatmiry2024", "--set", "clip=-1"], "clip must be >= 0, got -1"),
         (
             ["zhang2023", "--set", "gpt2.steps=10"],
             "changed settings that this run never reads: gpt2.steps (Fig. 1's models train only with `fig1` on",
