@@ -341,8 +341,9 @@ def run(
         "rare draws with a large eigenvalue of XXᵀ/n give |1 − a λ|^{2L} ≫ 1, so the mean (eq. 9) can sit well above the "
         "median (also reported). Deep models train unevenly: a rare batch can throw one far off (a spike in its "
         "training curve) and leave it on a plateau above a shallower model's loss; at `--trained` clipping the "
-        "gradient to about its norm at initialization (100) prevented that for every seed measured, while tighter "
-        "clipping (30 and less) made the deep looped models unstable (docs/reports/trained-size)."
+        "gradient to about its norm at initialization (100) kept the multilayer models of all 12 draws measured off "
+        "such a plateau, while tighter clipping (30 and less) made the deep looped models unstable "
+        "(docs/reports/trained-size)."
     )
     figures += _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
     figures.append(_learned_figure(out, ds_learned, cfg))
@@ -526,7 +527,8 @@ def _fig1_depth_checks(multi, loop, cfg: Config) -> list[Check]:
 
 # An added layer may raise the multilayer loss by at most this many standard errors of the difference of the two
 # Monte-Carlo test losses (independent prompts); the deep models' Gaussian-X errors are heavy-tailed, so a model that
-# learned can sit within a few standard errors of a shallower one (0.17 of them at --trained, κ = 8, L = 6 → 10)
+# learned can sit within a few standard errors of a shallower one (0.17 below it at --trained's training with the
+# seed setting 1: κ = 8, L = 6 → 10, the deeper model's standard error 0.32; docs/reports/trained-size)
 EACH_LAYER_SE = 2.0
 
 

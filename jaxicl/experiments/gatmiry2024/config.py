@@ -96,7 +96,8 @@ SETTINGS_DOCS = {
     "batch": "prompts per Adam step (fresh each step)",
     "steps": "Adam steps per training run (Fig. 1's trained claims are asserted from --trained's count, over 3 seeds)",
     "lr": "Adam learning rate (cosine-decayed)",
-    "clip": "largest global norm of the gradient Adam sees (0: not clipped)",
+    "clip": "largest global norm of the gradient Adam sees (0: not clipped); absolute: --trained's 100 is about the "
+    "norm at initialization for d = 10",
     "init_scale": "A_t initialised N(0, init_scale²) per entry",
     "test_batch": "Monte-Carlo test prompts per evaluation (exact in x_q)",
     "curve_windows": "Fig. 1: points of each training curve kept (window means)",
