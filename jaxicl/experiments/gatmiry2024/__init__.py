@@ -488,11 +488,11 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
     """Fig. 1's rows from the Gaussian-X models of ``ds`` (`fig1_sweep`'s), the losses averaged over its seeds."""
     m = ds.test_loss.mean("seed")
     multi, loop = m.sel(looped=0).values, m.sel(looped=1).values  # (kappa, depth)
-    se = np.sqrt((ds.test_se**2).sum("seed")).values / ds.sizes["seed"]  # of the mean over seeds
+    multi_se = np.sqrt((ds.test_se.sel(looped=0) ** 2).sum("seed")).values / ds.sizes["seed"]  # of the mean
     return [
         _learned_rows(ds, "Fig. 1", cfg, ("kappa", "depth", "looped")),
         *_fig1_depth_checks(multi, loop, cfg),
-        _fig1_each_layer_check(multi, se[:, :, 0], cfg),
+        _fig1_each_layer_check(multi, multi_se, cfg),
         *_fig1_diversity_checks(multi, loop, cfg),
         *_fig1_tables(ds, multi, loop),
         *_fig1_looped_checks(multi, loop, cfg),
