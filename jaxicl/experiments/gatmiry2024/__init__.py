@@ -339,7 +339,9 @@ def run(
         "is a lower bound for the fixed-Gram loss only; Gaussian-X losses are higher because XXᵀ/n fluctuates (its spectrum "
         "with n = 2d spans about [0.09 s, 2.9 s]). That spread makes the Gaussian-X error heavy-tailed for deep models: "
         "rare draws with a large eigenvalue of XXᵀ/n give |1 − a λ|^{2L} ≫ 1, so the mean (eq. 9) can sit well above the "
-        "median (also reported). Deep models train unevenly: a rare batch can throw one far off (a spike in its "
+        "median (also reported). At L = 10 that mean is decided by prompts rarer than 1 in 10,000, so Fig. 1's comparisons "
+        "on it are reported with their margins and asserted on the fixed-Gram loss, on which every trained model is "
+        "evaluated exactly (as Fig. 2's are). Deep models train unevenly: a rare batch can throw one far off (a spike in its "
         "training curve) and leave it on a plateau above a shallower model's loss; at `--trained` clipping the "
         "gradient to about its norm at initialization (100) kept the multilayer models of all 12 draws measured off "
         "such a plateau, while tighter clipping (30 and less) made the deep looped models unstable "
@@ -464,153 +466,215 @@ def _for_each_seed(checks_of, ds: xr.Dataset, cfg: Config) -> list[Check]:
     return checks_per_seed(lambda one: checks_of(one, cfg), ds, keep_dim=True)
 
 
-# A Gaussian-X model has learned when its test loss is below this fraction of the zero estimator's, E y² = d (w* ~
-# N(0, Σ⁻¹), x_q ~ N(0, Σ)): an untrained A ≈ 0 sits at 1; one trained layer reaches 0.38-0.46 at κ = 2-8 (quick)
+# A Gaussian-X model has learned when its fixed-Gram loss is below this fraction of the zero estimator's, E y² = d
+# (w* ~ N(0, Σ⁻¹), x_q ~ N(0, Σ)): an untrained A ≈ 0 sits at 1; one trained layer reaches 0.20-0.27 at κ = 2-8 (quick)
 LEARNED_FRACTION = 0.6
 
 
 def _learned_rows(ds: xr.Dataset, figure: str, cfg: Config, dims: tuple) -> Check:
-    """`learned_check` for every model of a Gaussian-X sweep (its coordinates ``dims``, every seed): its test loss
-    ÷ the zero estimator's, d."""
+    """`learned_check` for every model of a Gaussian-X sweep (its coordinates ``dims``, every seed): its fixed-Gram
+    loss (exact) ÷ the zero estimator's, d. Not its Gaussian-X mean: at large L that mean is decided by rare prompts
+    (`GAUSSIAN_X_MEAN`), so a model that learned can show a mean above d on one test set and far below it on another."""
     import itertools
 
     ratios = {}
     for point in itertools.product(*(ds[d].values for d in dims)):
         name = ", ".join(f"{d} = {v:g}" for d, v in zip(dims, point))
-        ratios[name] = ds.test_loss.sel(dict(zip(dims, point))).values / cfg.d
+        ratios[name] = ds.fixed_gram_loss.sel(dict(zip(dims, point))).values / cfg.d
     worst = max(ratios, key=lambda k: np.max(ratios[k]))
-    c = learned_check(figure, ratios, LEARNED_FRACTION, trivial="the zero estimator's (d)", where="on fresh prompts")
+    c = learned_check(
+        figure, ratios, LEARNED_FRACTION, trivial="the zero estimator's (d)", where="on the fixed-Gram loss (exact)"
+    )
     c.simulated = f"worst {worst}: {fmt(np.max(ratios[worst]), 3)} ({len(ratios)} models × {ds.sizes['seed']} seeds)"
     return c
 
 
+# The Gaussian-X mean loss of the deep models is decided by rare prompts: a draw of XXᵀ/n with a large eigenvalue λ
+# gives |1 − aλ|^{2L} ≫ 1. At --trained the largest 0.01 % of a million prompts carried 8-97 % of an L = 10 model's
+# mean, and the Fig. 1 comparisons on that mean held on 20,000 test prompts and failed on 100,000 for a seed of each
+# of four draws (docs/reports/trained-size). So they are reported with their margin, and asserted on the fixed-Gram
+# loss (Σ = XXᵀ/n = sI, §4.2), which the trained models are evaluated on exactly.
+GAUSSIAN_X_MEAN = (
+    "the Gaussian-X mean of the deepest models is decided by prompts rarer than 1 in 10,000 (a large eigenvalue of "
+    "XXᵀ/n), so it depends on which rare prompts the test set holds"
+)
+
+
+def _fig1_basis(cfg: Config, exact: bool) -> dict:
+    """What Fig. 1's comparisons are read off: the fixed-Gram loss (``exact``; asserted from --trained) or the paper's
+    Gaussian-X test loss (Monte Carlo; reported with its margin, asserted at no size: `GAUSSIAN_X_MEAN`)."""
+    if exact:
+        asserted, reason = _trained_as(cfg)
+        return {
+            "label": "Fig. 1 on the fixed-Gram loss (Σ = XXᵀ/n = sI exactly, §4.2; the trained models evaluated exactly)",
+            "assert_if": asserted,
+            "reason": reason,
+            "asserted_at": "--trained",
+        }
+    return {
+        "label": "Fig. 1 (the paper's experiment: Gaussian-X test prompts, Monte Carlo)",
+        "assert_if": False,
+        "reason": GAUSSIAN_X_MEAN,
+        "asserted_at": "no size: on 100,000 test prompts it failed for a seed of each of four draws that passed on "
+        "20,000 (docs/reports/trained-size); the row on the fixed-Gram loss asserts it exactly",
+    }
+
+
 def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
-    """Fig. 1's rows from the Gaussian-X models of ``ds`` (`fig1_sweep`'s), the losses averaged over its seeds."""
+    """Fig. 1's rows from the Gaussian-X models of ``ds`` (`fig1_sweep`'s), the losses averaged over its seeds: the
+    comparisons on the paper's Gaussian-X test loss (reported) and on the fixed-Gram loss (asserted)."""
     m = ds.test_loss.mean("seed")
     multi, loop = m.sel(looped=0).values, m.sel(looped=1).values  # (kappa, depth)
     multi_se = np.sqrt((ds.test_se.sel(looped=0) ** 2).sum("seed")).values / ds.sizes["seed"]  # of the mean
-    return [
-        _learned_rows(ds, "Fig. 1", cfg, ("kappa", "depth", "looped")),
-        *_fig1_depth_checks(multi, loop, cfg),
-        _fig1_each_layer_check(multi, multi_se, cfg),
-        *_fig1_diversity_checks(multi, loop, cfg),
-        *_fig1_tables(ds, multi, loop),
-        *_fig1_looped_checks(multi, loop, cfg),
-        *_fig1_convergence(ds),
-    ]
+    f = ds.fixed_gram_loss.mean("seed")
+    exact_multi, exact_loop = f.sel(looped=0).values, f.sel(looped=1).values
+    rows = [_learned_rows(ds, "Fig. 1", cfg, ("kappa", "depth", "looped")), _fig1_diversity_at_one(multi, loop, cfg)]
+    for (a, b, se), exact in (((multi, loop, multi_se), False), ((exact_multi, exact_loop, None), True)):
+        basis = _fig1_basis(cfg, exact)
+        rows += [
+            _fig1_depth_check(a, b, cfg, basis),
+            _fig1_each_layer_check(a, se, cfg, basis),
+            _fig1_diversity_check(a, b, cfg, basis),
+            _fig1_looped_check(a, b, basis),
+        ]
+    return rows + _fig1_tables(ds, multi, loop) + _fig1_convergence(ds)
 
 
-def _fig1_depth_checks(multi, loop, cfg: Config) -> list[Check]:
+def _claim(basis: dict, claim: str, *args, applies: dict | None = None, **kwargs) -> Check:
+    """`paper_claim` for one of Fig. 1's comparisons on ``basis`` (`_fig1_basis`); ``applies``: a premise that does
+    not hold (`_needs_two`), else empty."""
+    return paper_claim(
+        f"{basis['label']}: {claim}",
+        *args,
+        assert_if=basis["assert_if"],
+        reason=(applies or {}).get("reason") or basis["reason"],
+        applies=not applies,
+        asserted_at=basis["asserted_at"],
+        **kwargs,
+    )
+
+
+def _fig1_depth_check(multi, loop, cfg: Config, basis: dict) -> Check:
     """Depth helps: the loss at the largest L below half the loss at the smallest (``multi``, ``loop``: (κ, L))."""
-    few = _needs_two(cfg.depths, "depths")
     i0, i1 = int(np.argmin(cfg.depths)), int(np.argmax(cfg.depths))
-    return [
-        paper_claim(
-            "Fig. 1: depth helps: loss at the largest L below half the loss at the smallest, every κ and architecture",
-            "decreasing in L",
-            f"L = {cfg.depths[i0]}: {fmt(multi[:, i0], 3)}; L = {cfg.depths[i1]}: {fmt(multi[:, i1], 3)} "
-            f"(multilayer), {fmt(loop[:, i1], 3)} (looped)",
-            "ratio < 0.5",
-            bool(np.all(multi[:, i1] < 0.5 * multi[:, i0]) and np.all(loop[:, i1] < 0.5 * loop[:, i0])),
-            trained_enough(cfg),
-            few.get("reason")
-            or _trained_as(cfg)[1]
-            + "; at this length the looped model's heavy-tailed Gaussian-X loss "
-            "at κ = 8 stays above half for some seeds",
-            applies=not few,
-            margin=relative_margin(max(np.max(multi[:, i1] / multi[:, i0]), np.max(loop[:, i1] / loop[:, i0])), 0.5)
-            + " (worst ratio against 0.5)",
-            asserted_at="--trained",
-        )
-    ]
+    return _claim(
+        basis,
+        "depth helps: loss at the largest L below half the loss at the smallest, every κ and architecture",
+        "decreasing in L",
+        f"L = {cfg.depths[i0]}: {fmt(multi[:, i0], 3)}; L = {cfg.depths[i1]}: {fmt(multi[:, i1], 3)} "
+        f"(multilayer), {fmt(loop[:, i1], 3)} (looped)",
+        "ratio < 0.5",
+        bool(np.all(multi[:, i1] < 0.5 * multi[:, i0]) and np.all(loop[:, i1] < 0.5 * loop[:, i0])),
+        applies=_needs_two(cfg.depths, "depths"),
+        margin=relative_margin(max(np.max(multi[:, i1] / multi[:, i0]), np.max(loop[:, i1] / loop[:, i0])), 0.5)
+        + " (worst ratio against 0.5)",
+    )
 
 
-# An added layer may raise the multilayer loss by at most this many standard errors of the difference of the two
-# Monte-Carlo test losses (independent prompts); the deep models' Gaussian-X errors are heavy-tailed, so a model that
-# learned can sit within a few standard errors of a shallower one (0.17 below it at --trained's training with the
-# seed setting 1: κ = 8, L = 6 → 10, the deeper model's standard error 0.32; docs/reports/trained-size)
+# On the Gaussian-X loss an added layer may raise the multilayer loss by at most this many standard errors of the
+# difference of the two Monte-Carlo test losses (independent prompts); the deep models' Gaussian-X errors are
+# heavy-tailed, so a model that learned can sit within a few standard errors of a shallower one (0.17 below it at
+# --trained's training with the seed setting 1: κ = 8, L = 6 → 10, the deeper model's standard error 0.32;
+# docs/reports/trained-size). On the fixed-Gram loss (exact) it may not rise at all.
 EACH_LAYER_SE = 2.0
 
 
-def _fig1_each_layer_check(multi, multi_se, cfg: Config) -> Check:
+def _fig1_each_layer_check(multi, multi_se, cfg: Config, basis: dict) -> Check:
     """No added layer raises the multilayer model's loss: from each L of ``cfg.depths`` to the next it rises by at
-    most `EACH_LAYER_SE` standard errors (``multi``, ``multi_se``: (κ, L)). At the optimum it never rises (a deeper
-    multilayer model can switch a layer off, A_t = 0), and Fig. 1 shows it falling; a deep model that training left
-    on a plateau above a shallower one's loss breaks it between two intermediate depths, where the row on the largest
-    against the smallest L still passes. The looped model has no such argument (a loop cannot be switched off
-    alone), and is left to the factor-2 comparison with the multilayer one."""
-    few = _needs_two(cfg.depths, "depths")
+    most `EACH_LAYER_SE` standard errors (``multi``, ``multi_se``: (κ, L); ``multi_se`` None: an exact loss, which
+    may not rise). At the optimum it never rises (a deeper multilayer model can switch a layer off, A_t = 0), and
+    Fig. 1 shows it falling; a deep model that training left on a plateau above a shallower one's loss breaks it
+    between two intermediate depths, where the row on the largest against the smallest L still passes. The looped
+    model has no such argument (a loop cannot be switched off alone), and is left to the factor-2 comparison with the
+    multilayer one."""
     order = np.argsort(cfg.depths)
-    loss, se = multi[:, order], multi_se[:, order]
-    rise = (loss[:, 1:] - loss[:, :-1]) / np.hypot(se[:, :-1], se[:, 1:])  # (κ, L pairs), in standard errors
+    loss = multi[:, order]
+    if multi_se is None:  # relative change
+        rise, unit, limit = loss[:, 1:] / loss[:, :-1] - 1, "relative", 0.0
+    else:
+        se = multi_se[:, order]
+        rise = (loss[:, 1:] - loss[:, :-1]) / np.hypot(se[:, :-1], se[:, 1:])
+        unit, limit = "standard errors", EACH_LAYER_SE
     depths = [int(cfg.depths[j]) for j in order]
     worst, simulated = np.nan, "one depth"
     if rise.size:
         i, j = np.unravel_index(np.argmax(rise), rise.shape)
         worst = float(rise[i, j])
         simulated = (
-            f"largest change {worst:+.3g} standard errors, at κ = {cfg.kappas[i]:g}, L = {depths[j]} → "
+            f"largest change {worst:+.3g} {unit}, at κ = {cfg.kappas[i]:g}, L = {depths[j]} → "
             f"{depths[j + 1]} ({fmt(loss[i, j], 3)} → {fmt(loss[i, j + 1], 3)})"
         )
-    return paper_claim(
-        f"Fig. 1: no added layer raises the multilayer model's loss (from every L to the next, {depths}, every κ; "
-        "a deeper model can switch a layer off, so at the optimum the loss never rises)",
+    return _claim(
+        basis,
+        f"no added layer raises the multilayer model's loss (from every L to the next, {depths}, every κ; a deeper "
+        "model can switch a layer off, so at the optimum the loss never rises)",
         "non-increasing in L",
         simulated,
-        f"rise ≤ {EACH_LAYER_SE:g} standard errors of the difference",
-        bool(worst <= EACH_LAYER_SE),
-        trained_enough(cfg),
-        few.get("reason") or _trained_as(cfg)[1],
-        applies=not few,
-        margin=f"largest change {worst:+.3g} standard errors against +{EACH_LAYER_SE:g}",
-        asserted_at="--trained",
+        "no rise" if multi_se is None else f"rise ≤ {EACH_LAYER_SE:g} standard errors of the difference",
+        bool(worst <= limit),
+        applies=_needs_two(cfg.depths, "depths"),
+        margin=f"largest change {worst:+.3g} {unit} against {limit:+g}",
     )
 
 
-def _fig1_diversity_checks(multi, loop, cfg: Config) -> list[Check]:
-    """More task diversity costs more: the loss increases with κ at the smallest L and at every deeper one."""
-    out, i0 = [], int(np.argmin(cfg.depths))
+def _successive_kappa_ratios(multi, loop, cfg: Config, j: int):
+    """The loss at depth index ``j`` of each κ ÷ that of the next smaller κ, both architectures."""
     by_kappa = np.argsort(cfg.kappas)
-    step = (
-        lambda j: np.concatenate(
-            [
-                multi[by_kappa, j][1:] / multi[by_kappa, j][:-1],  # noqa: E731
-                loop[by_kappa, j][1:] / loop[by_kappa, j][:-1],
-            ]
-        )
-    )  # successive-κ ratios
+    return np.concatenate([x[by_kappa, j][1:] / x[by_kappa, j][:-1] for x in (multi, loop)])
+
+
+def _fig1_diversity_at_one(multi, loop, cfg: Config) -> Check:
+    """More task diversity costs more at the smallest L (one layer: no heavy tail; asserted at every size)."""
+    i0 = int(np.argmin(cfg.depths))
     L0 = cfg.depths[i0]
     one = " (one layer: the looped and the multilayer model are one model)" if L0 == 1 else " (both architectures)"
-    out.append(
-        Check(
-            f"Fig. 1: more task diversity costs more: at L = {L0} the loss increases with κ{one}",
-            "increasing in κ",
-            f"multilayer {fmt(multi[:, i0], 3)}, looped {fmt(loop[:, i0], 3)}",
-            "strict",
-            bool(len(cfg.kappas) > 1 and np.all(step(i0) > 1)),
-            stochastic=True,
-            **_needs_two(cfg.kappas, "kappas"),
-        )
+    return Check(
+        f"Fig. 1: more task diversity costs more: at L = {L0} the loss increases with κ{one}",
+        "increasing in κ",
+        f"multilayer {fmt(multi[:, i0], 3)}, looped {fmt(loop[:, i0], 3)}",
+        "strict",
+        bool(len(cfg.kappas) > 1 and np.all(_successive_kappa_ratios(multi, loop, cfg, i0) > 1)),
+        stochastic=True,
+        **_needs_two(cfg.kappas, "kappas"),
     )
+
+
+def _fig1_diversity_check(multi, loop, cfg: Config, basis: dict) -> Check:
+    """More task diversity costs more at every L deeper than the smallest, both architectures."""
+    L0 = min(cfg.depths)
     deeper = [j for j in range(len(cfg.depths)) if cfg.depths[j] != L0]
-    worst = min((float(step(j).min()) for j in deeper), default=np.nan) if len(cfg.kappas) > 1 else np.nan
-    premise_deep = _needs_two(cfg.kappas, "kappas") or ({} if deeper else {"reason": "one depth"})
-    out.append(
-        paper_claim(
-            f"Fig. 1: more task diversity costs more at every deeper L ({[cfg.depths[j] for j in deeper]}"
-            "; both architectures)",
-            "increasing in κ",
-            f"smallest ratio between successive κ {fmt(worst, 3)}",
-            "strict, every L and architecture",
-            bool(worst > 1),
-            trained_enough(cfg),
-            premise_deep.get("reason") or _trained_as(cfg)[1],
-            applies=not premise_deep,
-            margin=relative_margin(worst, 1.0, below=False) + " (smallest successive-κ ratio against 1)",
-            asserted_at="--trained",
-        )
+    worst = (
+        min((float(_successive_kappa_ratios(multi, loop, cfg, j).min()) for j in deeper), default=np.nan)
+        if len(cfg.kappas) > 1
+        else np.nan
     )
-    return out
+    return _claim(
+        basis,
+        f"more task diversity costs more at every deeper L ({[cfg.depths[j] for j in deeper]}; both architectures)",
+        "increasing in κ",
+        f"smallest ratio between successive κ {fmt(worst, 3)}",
+        "strict, every L and architecture",
+        bool(worst > 1),
+        applies=_needs_two(cfg.kappas, "kappas") or ({} if deeper else {"reason": "one depth"}),
+        margin=relative_margin(worst, 1.0, below=False) + " (smallest successive-κ ratio against 1)",
+    )
+
+
+def _fig1_looped_check(multi, loop, basis: dict) -> Check:
+    """Fig. 1(b): the looped model with L loops is competitive with L layers — not more than twice the multilayer
+    model's loss. One-sided: a looped model below the multilayer one does not contradict the claim (on the fixed-Gram
+    loss the looped models at κ = 2, L = 10 sit at about a third of the multilayer ones', 0.005 against 0.01-0.018 at
+    --trained, as the Gaussian-X training does not minimise that loss)."""
+    ratio = loop / multi
+    return _claim(
+        basis,
+        "looped with L loops is competitive with L layers (Fig. 1(b); every κ, L)",
+        "looped ≤ 2 × multilayer",
+        f"looped/multilayer {fmt(ratio.min(), 3)}–{fmt(ratio.max(), 3)}",
+        "at most a factor 2 above",
+        bool(np.all(ratio <= 2.0)),
+        margin=f"{2.0 / ratio.max():.3g}× inside the factor 2",
+    )
 
 
 def _fig1_tables(ds: xr.Dataset, multi, loop) -> list[Check]:
@@ -747,11 +811,11 @@ def _figures(out, cfg, ds_con, theory, ds_fg, ds1, ds2, scaling, ds3, ds67, ds8)
 
 def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
     """Fig. 1: the Gaussian-X test loss over depth, multilayer and looped, against the fixed-Gram optimum; the
-    fixed-Gram models trained by L-BFGS."""
+    fixed-Gram models trained by L-BFGS, and the Gaussian-X models' fixed-Gram loss (the comparisons asserted)."""
     import matplotlib.pyplot as plt
 
     colors = dict(zip(cfg.kappas, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), layout="constrained")
     for ax, arch, looped in ((axes[0], "multilayer (L layers)", 0), (axes[1], "looped (L loops)", 1)):
         for kappa in cfg.kappas:
             v = ds1.test_loss.sel(kappa=kappa, looped=looped)
@@ -775,14 +839,16 @@ def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
             yscale="log",
             xlabel="L",
             ylabel="test loss E(ŷ − y)²",
-            title=f"Fig. 1, {arch}: Gaussian X mean (markers, ±2 s.e.),\n"
-            "median error (dotted); dashed: fixed-Gram optimum (theory)",
+            title=f"Fig. 1, {arch}:\nGaussian X mean (markers, ±2 s.e.), median error (dotted);\n"
+            "dashed: fixed-Gram optimum (theory)",
         )
         ax.legend(fontsize=8)
     for kappa in cfg.kappas:
         for looped, mk in ((0, "o"), (1, "s")):
             tr = ds_fg.loss.sel(kappa=kappa, looped=looped, seed=0)
             axes[2].plot(tr.depth, tr, mk, color=colors[kappa], mfc="none" if looped else colors[kappa], ms=6)
+            gx = ds1.fixed_gram_loss.sel(kappa=kappa, looped=looped).mean("seed")
+            axes[2].plot(ds1.depth, gx, "+" if looped else "x", color=colors[kappa], ms=7)
             th = theory[ARCH[looped]].sel(kappa=kappa)
             axes[2].plot(
                 th.depth,
@@ -796,7 +862,8 @@ def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
         yscale="log",
         xlabel="L",
         ylabel="fixed-Gram loss (exact)",
-        title="fixed Gram: optimum (lines), trained by L-BFGS (markers;\nfilled multilayer, open looped)",
+        title="fixed Gram (exact): optimum (lines), trained by L-BFGS\n(o: filled multilayer, open looped), "
+        "the Gaussian-X\nmodels (x multilayer, + looped: the comparisons asserted)",
     )
     axes[2].legend(fontsize=7)
     return save_paper_figure(fig, out, NAME, "fig1_depth.png")
