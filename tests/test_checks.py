@@ -515,9 +515,10 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     kappas, depths = np.array([2.0, 4.0, 8.0]), np.array([1, 2, 4, 6, 10])
     cfg = dataclasses.replace(cfg, kappas=tuple(kappas), depths=tuple(depths))
 
-    def fig1(untrained=False, looped_factor=1.1, exact=None):
+    def fig1(untrained=False, looped_factor=1.1, exact=None, median=None):
         # falls with L, rises with κ, below 0.6 of the zero estimator's d (learned); untrained: at d. The fixed-Gram
-        # loss is 1/4 of the Gaussian-X one, with ``exact`` = (untrained, looped_factor) when given, else the same
+        # loss is 1/4 of the Gaussian-X mean and the median error 1/2 of it, each with its own (untrained,
+        # looped_factor) where ``exact`` or ``median`` gives one
         def losses(untrained, looped_factor, scale):
             base = kappas[:, None] ** 0.5 * np.exp(-0.4 * depths)[None] * scale * cfg.d
             if untrained:
@@ -531,32 +532,35 @@ def test_gatmiry_trained_model_checks(monkeypatch):
             {
                 "test_loss": (dims, loss),
                 "test_se": (dims, 0.01 * loss),
-                "test_median": (dims, loss / 2),
+                "test_median": (dims, losses(*(median or (untrained, looped_factor)), 0.1)),
                 "fixed_gram_loss": (dims, losses(*(exact or (untrained, looped_factor)), 0.05)),
                 "curve": ((*dims, "window"), curve),
             },
             coords={"kappa": kappas, "depth": depths, "looped": [0, 1], "seed": [0, 1]},
         )
 
-    def on(exact: bool, part: str) -> str:  # the claim of a Fig. 1 comparison on one loss
-        return f"{G._fig1_basis(cfg, exact)['label']}: {part}"
+    def on(basis: str, part: str) -> str:  # the claim of a Fig. 1 comparison read off one loss
+        return f"{G.FIG1_BASES[basis]}: {part}"
 
-    comparisons = (
+    looped, helps, deeper, layer = (
         "looped with L loops is competitive",
         "depth helps",
         "more task diversity costs more at every deeper L",
         "no added layer raises",
     )
+    asserted_on = {helps: "exact", deeper: "exact", layer: "median", looped: "median"}
     good = G._fig1_checks(fig1(), cfg)
     assert_all_asserted_pass(good, 2)
-    for part in comparisons:
+    for part in asserted_on:
         assert_verdict(good, part, "pass")
+        bases = [b for c in good if part in c.claim for b, label in G.FIG1_BASES.items() if c.claim.startswith(label)]
+        assert sorted(bases) == sorted(("mean", asserted_on[part]))
     bad = G._fig1_checks(fig1(untrained=True, looped_factor=3.0), cfg)
     assert_verdict(bad, "Fig. 1: every trained model learned", "FAIL")
     assert_verdict(bad, "more task diversity costs more: at L = 1", "FAIL")
-    for part in ("depth helps", "competitive with L layers", "at every deeper L"):
+    for part in (helps, looped, deeper):
         assert_verdict(bad, part, "not reproduced")
-    assert_verdict(bad, "no added layer raises", "pass")  # flat: the row on the largest L's loss catches it
+    assert_verdict(bad, layer, "pass")  # flat: the row on the largest L's loss catches it
     full = dataclasses.replace(cfg, **{k: getattr(G.SIZES["full"], k) for k in ("steps", "batch", "seeds")})
     trained = dataclasses.replace(cfg, steps=G.SIZES["trained"].steps, seeds=G.SIZES["trained"].seeds)
     assert_all_asserted_pass(G._fig1_checks(fig1(), trained), 6)  # Fig. 1's trained claims: asserted from --trained
@@ -565,26 +569,26 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     assert_all_asserted_pass(good_full, 6)
     # the comparisons on the Gaussian-X mean are asserted at no size, --full included (rare prompts decide the mean
     # of the deep models): each shows its margin, and "not reproduced" where it fails
-    for part in comparisons:
-        row = next(c for c in good_full if on(False, part) in c.claim)
+    for part in asserted_on:
+        row = next(c for c in good_full if on("mean", part) in c.claim)
         assert not row.asserted and row.asserted_at.startswith("no size") and row.margin
-    for part in comparisons[:3]:
-        assert_verdict(G._fig1_checks(fig1(untrained=True, looped_factor=3.0), full), on(False, part), "not reproduced")
+    for part in (helps, looped, deeper):
+        assert_verdict(
+            G._fig1_checks(fig1(untrained=True, looped_factor=3.0), full), on("mean", part), "not reproduced"
+        )
+    # each asserted row fails under a mutation of its own input alone
     m = Mutations(good_full)
+    m.fails(G._fig1_checks(fig1(exact=(True, 1.0)), full), on("exact", helps), on("exact", deeper), "learned")
     m.fails(
-        G._fig1_checks(fig1(exact=(True, 1.0)), full),
-        on(True, "depth helps"),
-        on(True, "more task diversity costs more at every deeper L"),
-        "every trained model learned",
+        G._fig1_checks(fig1(untrained=True, looped_factor=1.0, exact=(False, 1.1), median=(False, 1.1)), full), "L = 1"
     )
-    m.fails(G._fig1_checks(fig1(untrained=True, looped_factor=1.0, exact=(False, 1.1)), full), "at L = 1")
-    m.fails(G._fig1_checks(fig1(exact=(False, 3.0)), full), on(True, "looped with L loops is competitive"))
+    m.fails(G._fig1_checks(fig1(median=(False, 3.0)), full), on("median", looped))
 
     # deep models left on a plateau above a shallower one's loss (a rise from L = 4 on): the largest L is still below
-    # half the smallest, and only the row on each added layer FAILs. On the fixed-Gram loss (exact) any rise does; on
-    # the Gaussian-X loss one of 2.5 standard errors per layer is "not reproduced" (each of the two seeds' losses has
-    # a standard error of 1 %, their mean 1 %/√2, the difference of two means 1 %), one of 1.5 passes
-    def plateau(per_layer, loss="fixed_gram_loss"):
+    # half the smallest, and only the row on each added layer FAILs. On the median error any rise does; on the
+    # Gaussian-X mean one of 2.5 standard errors per layer is "not reproduced" (each of the two seeds' losses has a
+    # standard error of 1 %, their mean 1 %/√2, the difference of two means 1 %), one of 1.5 passes
+    def plateau(per_layer, loss="test_median"):
         ds = fig1()
         at_4 = ds[loss].sel(depth=4)
         for n, L in enumerate((6, 10), start=1):
@@ -594,14 +598,14 @@ def test_gatmiry_trained_model_checks(monkeypatch):
 
     for per_layer in (1.1, 1.001):
         checks = plateau(per_layer)
-        m.fails(checks, on(True, "no added layer raises"))
+        m.fails(checks, on("median", layer))
         assert [c.claim for c in checks if c.verdict == "FAIL"] == [
-            c.claim for c in checks if on(True, "no added layer raises") in c.claim
+            c.claim for c in checks if on("median", layer) in c.claim
         ]
     m.covered()
     assert_all_asserted_pass(plateau(1.0), 6)  # flat: a layer switched off (the theorem's ≤)
-    assert_verdict(plateau(1 + 2.5 * 0.01, "test_loss"), on(False, "no added layer raises"), "not reproduced")
-    assert_verdict(plateau(1 + 1.5 * 0.01, "test_loss"), on(False, "no added layer raises"), "pass")
+    assert_verdict(plateau(1 + 2.5 * 0.01, "test_loss"), on("mean", layer), "not reproduced")
+    assert_verdict(plateau(1 + 1.5 * 0.01, "test_loss"), on("mean", layer), "pass")
     # one model that learned nothing among the others: the learned row fails for it alone
     one_bad = fig1()
     one_bad["fixed_gram_loss"].loc[dict(kappa=8.0, depth=4, looped=1, seed=1)] = 0.99 * cfg.d
@@ -609,7 +613,7 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     # one κ, one depth: the trends have no premise (an empty comparison would pass whatever the numbers)
     one = fig1(untrained=True).isel(kappa=[0], depth=[0])
     few = G._fig1_checks(one, dataclasses.replace(full, kappas=(2.0,), depths=(1,), fg_depths=(1,)))
-    for part in ("depth helps", "more task diversity", "no added layer raises"):
+    for part in (helps, "more task diversity", layer):
         assert_verdict(few, part, "not applicable")
     # depths and κ in any order: the smallest L and the κ order are read from the settings
     shuffled = fig1().isel(kappa=[2, 0, 1], depth=[4, 0, 1, 2, 3])
@@ -668,8 +672,8 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     mean_only = G._fig1_checks(three, dataclasses.replace(trained, seeds=2))  # not asserted: the mean over seeds
     assert_verdict(mean_only, "depth helps", "pass")
     per_seed = G._for_each_seed(G._fig1_checks, three, trained)
-    assert_verdict(per_seed, on(True, "depth helps"), "FAIL")
-    row = next(c for c in per_seed if on(True, "depth helps") in c.claim)
+    assert_verdict(per_seed, on("exact", helps), "FAIL")
+    row = next(c for c in per_seed if on("exact", helps) in c.claim)
     assert row.seeds == 3 and "fails for seed 2:" in row.simulated and "seed 1:" not in row.simulated
     assert_verdict(per_seed, "competitive with L layers", "pass")
 
