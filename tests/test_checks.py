@@ -551,6 +551,7 @@ def test_gatmiry_trained_model_checks(monkeypatch):
     asserted_on = {helps: "exact", deeper: "exact", layer: "median", looped: "median"}
     good = G._fig1_checks(fig1(), cfg)
     assert_all_asserted_pass(good, 2)
+    assert len({c.claim[:90] for c in good}) == len(good)  # a stage sweep's table shows a claim's first 90 characters
     for part in asserted_on:
         assert_verdict(good, part, "pass")
         bases = [b for c in good if part in c.claim for b, label in G.FIG1_BASES.items() if c.claim.startswith(label)]

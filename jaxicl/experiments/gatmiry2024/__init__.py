@@ -503,11 +503,12 @@ GAUSSIAN_X_MEAN = (
     "the Gaussian-X mean of the deepest models is decided by prompts rarer than 1 in 10,000 (a large eigenvalue of "
     "XXᵀ/n), so it depends on which rare prompts the test set holds"
 )
+# the statistics Fig. 1's comparisons are read off, as each row's claim begins (short: a sweep's table shows the
+# first 90 characters of a claim, and the comparison must be among them)
 FIG1_BASES = {
-    "mean": "Fig. 1 (the paper's experiment: Gaussian-X test prompts, Monte Carlo)",
-    "exact": "Fig. 1 on the fixed-Gram loss (Σ = XXᵀ/n = sI exactly, §4.2; the trained models evaluated exactly)",
-    "median": "Fig. 1 on the median per-prompt error (Gaussian-X test prompts; the rare prompts that decide the mean "
-    "do not move it)",
+    "mean": "Fig. 1 on the Gaussian-X mean (the paper's experiment, Monte Carlo)",
+    "exact": "Fig. 1 on the fixed-Gram loss (Σ = XXᵀ/n = sI, §4.2; exact)",
+    "median": "Fig. 1 on the median per-prompt error (Gaussian-X prompts)",
 }
 
 
