@@ -539,6 +539,8 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
 
     multi, loop = by_arch(ds.test_loss)
     multi_se = np.sqrt((ds.test_se.sel(looped=0) ** 2).sum("seed")).values / ds.sizes["seed"]  # of the mean
+    exact_multi, exact_loop = by_arch(ds.fixed_gram_loss)
+    median_multi, median_loop = by_arch(ds.test_median)
     mean, exact, median = (_fig1_basis(cfg, b) for b in ("mean", "exact", "median"))
     return [
         _learned_rows(ds, "Fig. 1", cfg, ("kappa", "depth", "looped")),
@@ -547,24 +549,24 @@ def _fig1_checks(ds: xr.Dataset, cfg: Config) -> list[Check]:
         _fig1_each_layer_check(multi, multi_se, cfg, mean),
         _fig1_diversity_check(multi, loop, cfg, mean),
         _fig1_looped_check(multi, loop, mean),
-        _fig1_depth_check(*by_arch(ds.fixed_gram_loss), cfg, exact),
-        _fig1_diversity_check(*by_arch(ds.fixed_gram_loss), cfg, exact),
-        _fig1_each_layer_check(by_arch(ds.test_median)[0], None, cfg, median),
-        _fig1_looped_check(*by_arch(ds.test_median), median),
-        *_fig1_tables(ds, multi, loop),
+        _fig1_depth_check(exact_multi, exact_loop, cfg, exact),
+        _fig1_diversity_check(exact_multi, exact_loop, cfg, exact),
+        _fig1_each_layer_check(median_multi, None, cfg, median),
+        _fig1_looped_check(median_multi, median_loop, median),
+        *_fig1_tables(multi, loop, median_multi, median_loop),
         *_fig1_convergence(ds),
     ]
 
 
-def _claim(basis: dict, claim: str, *args, applies: dict | None = None, **kwargs) -> Check:
-    """`paper_claim` for one of Fig. 1's comparisons on ``basis`` (`_fig1_basis`); ``applies``: a premise that does
-    not hold (`_needs_two`), else empty."""
+def _claim(basis: dict, claim: str, *args, missing_premise: dict | None = None, **kwargs) -> Check:
+    """`paper_claim` for one of Fig. 1's comparisons on ``basis`` (`_fig1_basis`); ``missing_premise``: a premise
+    that does not hold at these settings (`_needs_two`'s arguments), else empty."""
     return paper_claim(
         f"{basis['label']}: {claim}",
         *args,
         assert_if=basis["assert_if"],
-        reason=(applies or {}).get("reason") or basis["reason"],
-        applies=not applies,
+        reason=(missing_premise or {}).get("reason") or basis["reason"],
+        applies=not missing_premise,
         asserted_at=basis["asserted_at"],
         **kwargs,
     )
@@ -581,7 +583,7 @@ def _fig1_depth_check(multi, loop, cfg: Config, basis: dict) -> Check:
         f"(multilayer), {fmt(loop[:, i1], 3)} (looped)",
         "ratio < 0.5",
         bool(np.all(multi[:, i1] < 0.5 * multi[:, i0]) and np.all(loop[:, i1] < 0.5 * loop[:, i0])),
-        applies=_needs_two(cfg.depths, "depths"),
+        missing_premise=_needs_two(cfg.depths, "depths"),
         margin=relative_margin(max(np.max(multi[:, i1] / multi[:, i0]), np.max(loop[:, i1] / loop[:, i0])), 0.5)
         + " (worst ratio against 0.5)",
     )
@@ -629,7 +631,7 @@ def _fig1_each_layer_check(multi, multi_se, cfg: Config, basis: dict) -> Check:
         simulated,
         "no rise" if multi_se is None else f"rise ≤ {EACH_LAYER_SE:g} standard errors of the difference",
         bool(worst <= limit),
-        applies=_needs_two(cfg.depths, "depths"),
+        missing_premise=_needs_two(cfg.depths, "depths"),
         margin=f"largest change {worst:+.3g} {unit} against {limit:+g}",
     )
 
@@ -672,7 +674,7 @@ def _fig1_diversity_check(multi, loop, cfg: Config, basis: dict) -> Check:
         f"smallest ratio between successive κ {fmt(worst, 3)}",
         "strict, every L and architecture",
         bool(worst > 1),
-        applies=_needs_two(cfg.kappas, "kappas") or ({} if deeper else {"reason": "one depth"}),
+        missing_premise=_needs_two(cfg.kappas, "kappas") or ({} if deeper else {"reason": "one depth"}),
         margin=relative_margin(worst, 1.0, below=False) + " (smallest successive-κ ratio against 1)",
     )
 
@@ -692,48 +694,28 @@ def _fig1_looped_check(multi, loop, basis: dict) -> Check:
     )
 
 
-def _fig1_tables(ds: xr.Dataset, multi, loop) -> list[Check]:
-    """The reported tables: the mean loss and the median per-prompt error for every (κ, L)."""
-    out = []
-    out.append(
+def _fig1_tables(multi, loop, median_multi, median_loop) -> list[Check]:
+    """The reported tables: the mean loss and the median per-prompt error for every (κ, L) (each (κ, L), mean over
+    the seeds)."""
+
+    def rows(m, lp):
+        return "multilayer " + "; ".join(fmt(r, 3) for r in m) + " — looped " + "; ".join(fmt(r, 3) for r in lp)
+
+    return [
         Check(
             "Fig. 1: loss for every (κ, L) (Gaussian X, mean over seeds; rows κ, columns L)",
             "—",
-            "multilayer " + "; ".join(fmt(r, 3) for r in multi) + " — looped " + "; ".join(fmt(r, 3) for r in loop),
+            rows(multi, loop),
             "—",
             None,
-        )
-    )
-    med = ds.test_median.mean("seed")
-    out.append(
+        ),
         Check(
             "Fig. 1: median per-prompt error (robust to the heavy Gaussian-X tail), rows κ",
             "—",
-            "multilayer "
-            + "; ".join(fmt(r, 3) for r in med.sel(looped=0).values)
-            + " — looped "
-            + "; ".join(fmt(r, 3) for r in med.sel(looped=1).values),
+            rows(median_multi, median_loop),
             "—",
             None,
-        )
-    )
-    return out
-
-
-def _fig1_looped_checks(multi, loop, cfg: Config) -> list[Check]:
-    """Fig. 1(b): the looped model with L loops is competitive with L layers."""
-    ratio = loop / multi
-    return [
-        paper_claim(
-            "Fig. 1(b): looped with L loops is competitive with L layers (every κ, L)",
-            "≈ 1",
-            f"looped/multilayer {fmt(ratio.min(), 3)}–{fmt(ratio.max(), 3)}",
-            "within a factor 2",
-            bool(np.all((ratio >= 0.5) & (ratio <= 2.0))),
-            *_trained_as(cfg),
-            margin=f"{min(ratio.min() / 0.5, 2.0 / ratio.max()):.3g}× inside the factor 2",
-            asserted_at="--trained",
-        )
+        ),
     ]
 
 
