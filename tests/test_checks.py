@@ -1162,6 +1162,7 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
             "red": np.full((seeds, 5, L), 0.8),
             "final_test": np.full(seeds, 0.07 if trained else zero),
             "ref_test": np.full(seeds, 0.068),
+            "paired_se": np.full(seeds, 0.0003),
         }
 
     good = E.thm4_checks(lm(), np.array([0.7, 0.4, 1.7]), 0.068, 0.0003, cfg)
@@ -1199,11 +1200,11 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
     m.required.add(E.optimizer_check([("levenberg_marquardt", 7, 20, 1.0)], cfg).claim)
     m.fails([E.optimizer_check([("levenberg_marquardt", None, 20, 1.0)], cfg)], "second-order optimizer")
 
-    def sweeps(tf_factor=0.8, gd_factor=1.5, depth_helps=True):
+    def sweeps(tf_factor=0.8, gd_factor=1.5, depth_helps=True, paired_se=0.003):
         out = []
         for dim, values in (("depth", [1, 2, 3, 4]), ("n", [2, 5, 10, 20])):
             pgd = np.linspace(1.0, 0.2, 4)[:, None].repeat(2, 1)
-            tf = pgd * tf_factor if depth_helps or dim == "n" else np.full_like(pgd, 0.5)
+            tf = pgd * np.asarray(tf_factor) if depth_helps or dim == "n" else np.full_like(pgd, 0.5)
             out.append(
                 xr.Dataset(
                     {
@@ -1211,6 +1212,7 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
                         "preconditioned_gd": ((dim, "seed"), pgd),
                         "gd": ((dim, "seed"), pgd * gd_factor),
                         "transformer_se": ((dim, "seed"), tf * 0.001),
+                        "transformer_minus_pgd_se": ((dim, "seed"), pgd * paired_se),
                     },
                     coords={dim: values},
                 )
@@ -1226,6 +1228,14 @@ def test_ahn_training_checks_pass_on_the_papers_picture_and_fail_on_an_untrained
         "trained transformer ≤ Σ⁻¹-preconditioned GD, every depth",
         "trained transformer ≤ Σ⁻¹-preconditioned GD, every n",
     )
+    # an overfit transformer (2,000 training prompts at n = 2: 1.13-1.19 × PGD on 10⁶ fresh prompts), on one seed
+    # alone, fails the TF ≤ PGD rows alone; the same excess within 3 paired s.e. of noise does not
+    overfit = E._sweep_checks(*sweeps(tf_factor=[1.0, 1.13]), cfg)
+    assert [c.claim for c in overfit if c.verdict == "FAIL"] == [
+        "trained transformer ≤ Σ⁻¹-preconditioned GD, every depth",
+        "trained transformer ≤ Σ⁻¹-preconditioned GD, every n",
+    ]
+    assert_all_asserted_pass(E._sweep_checks(*sweeps(tf_factor=[1.0, 1.13], paired_se=0.04), cfg), 6)
     m.fails(E._sweep_checks(*sweeps(depth_helps=False), cfg), "decreases with depth")
     # a dropped preconditioner (PGD = GD) fails the PGD rows alone
     dropped = E._sweep_checks(*sweeps(gd_factor=1.0), cfg)

@@ -52,7 +52,7 @@ class Config(Sized):
     scales: tuple = (1.0, 1.0, 0.5, 0.25, 1.0)
     n_layers: int = 3
     train_batch: int = 10_000
-    test_batch: int = 50_000
+    test_batch: int = 200_000  # Fig. 1(d)'s excess over the Thm 4 point to a paired s.e. of about 0.5 %
     seeds: int = 2
     init_scale: float = 0.1
     lm_steps: int = 20
@@ -67,9 +67,10 @@ class Config(Sized):
     thm3_base: int = 1024
     depths: tuple = (1, 2, 3, 4)
     contexts: tuple = (2, 5, 10, 20)
-    sweep_train_batch: int = 2_000
-    sweep_test_batch: int = 10_000
+    sweep_train_batch: int = 10_000
+    sweep_test_batch: int = 100_000
     sweep_seeds: int = 2
+    sweep_chunk: int = 1
     excess_target: float = 0.05  # test loss ≤ (1 + this) × the Thm 4 point's, same prompts
     dist_target: float = 0.15
     dist_target_thm5: float = 0.25
@@ -90,6 +91,11 @@ class Config(Sized):
             * (max(self.n, *self.contexts) + 1)
             * e
             * max(self.n_layers, *self.depths),
+            "the test prompts of one point of the depth/context sweep, every sweep seed (float64)": 8
+            * self.sweep_seeds
+            * self.sweep_test_batch
+            * (max(self.n, *self.contexts) + 1)
+            * e,
         }
 
     def contradictions(self) -> list[str]:
@@ -135,6 +141,8 @@ SETTINGS_DOCS = {
     "sweep_train_batch": "depth and context sweeps: training prompts per point",
     "sweep_test_batch": "depth and context sweeps: test prompts per point",
     "sweep_seeds": "depth and context sweeps: seeds per point",
+    "sweep_chunk": "depth and context sweeps: (n, L) points per compiled call, fewer where the device's memory asks "
+    "(1: the least memory, and on a 2-core CPU the fastest)",
     "dist_target": "Thm 4 / Fig. 1: Dist(Σ^½AΣ^½, I) at the end must be at most this",
     "dist_target_thm5": "Thm 5 / Fig. 3: the same distance for the block parametrization",
     "seed": "PRNG seed of the whole reproduction",
@@ -146,7 +154,6 @@ SIZES = {
     "full": Config(
         seeds=5,
         train_batch=20_000,
-        test_batch=200_000,
         lm_steps=40,
         lm_steps_thm5=100,
         lbfgs_steps=600,
@@ -159,6 +166,7 @@ SIZES = {
         sweep_train_batch=20_000,
         sweep_test_batch=100_000,
         sweep_seeds=5,
+        sweep_chunk=64,  # every point at once where the device's memory holds them (an accelerator)
     ),
 }
 
@@ -218,19 +226,16 @@ def _steps(cfg: Config, method: str) -> int:
     return {"levenberg_marquardt": cfg.lm_steps, "lbfgs": cfg.lbfgs_steps, "adam": cfg.adam_steps}[method]
 
 
-def _median_test(model, test: GramBatch):
-    return jnp.median(0.5 * (model.predict_gram(test) - test.y_query) ** 2)
-
-
 def _stride(n_steps: int) -> int:
     return max(1, n_steps // 60)
 
 
 def train_seeds(cfg: Config, keys, method: str, parametrization: str, n: int, a_star=None, restarts: int = 1):
     """Train one model per key (vmapped), recording the parameters at every iteration; then the
-    distances at every iteration and the test loss (and its excess over the Thm 4 point ``a_star``,
-    on the same test prompts) at every ``_stride``-th iteration. With ``restarts`` > 1 each seed is
-    trained from that many Gaussian inits (vmapped) and the lowest *training* loss is kept.
+    distances at every iteration and the test loss at every ``_stride``-th iteration; at the end, the test loss and
+    that of the Thm 4 point ``a_star`` on the same test prompts, with the s.e. of their per-prompt difference. With
+    ``restarts`` > 1 each seed is trained from that many Gaussian inits (vmapped) and the lowest *training* loss is
+    kept.
     Returns (the per-seed results, the stride, seconds)."""
     t0 = time.perf_counter()
     out = jax.block_until_ready(seed_trainer(cfg, method, parametrization, n, a_star, restarts)(keys))
@@ -263,15 +268,20 @@ def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=
         dist = jax.vmap(lambda m: distances(m, Sigma))(traj)
         sub = jax.tree_util.tree_map(lambda a: a[::stride], traj)
         test_loss = jax.lax.map(lambda m: losses.sample_loss(m, test), sub)
-        final_test = losses.sample_loss(res.params, test)
-        ref = losses.sample_loss(family_model(Sigma, a_star), test) if a_star is not None else jnp.nan
+        sq = 0.5 * (res.params.predict_gram(test) - test.y_query) ** 2
+        if a_star is None:
+            ref = paired_se = jnp.nan
+        else:  # the Thm 4 point on the same test prompts, and the s.e. of the per-prompt difference
+            sq_ref = 0.5 * (family_model(Sigma, a_star).predict_gram(test) - test.y_query) ** 2
+            ref, paired_se = jnp.mean(sq_ref), jnp.std(sq - sq_ref) / jnp.sqrt(sq.shape[0])
         return dict(
             Sigma=Sigma,
             losses=res.losses,
             test_loss=test_loss,
-            final_test=final_test,
+            final_test=jnp.mean(sq),
             ref_test=ref,
-            median_test=_median_test(res.params, test),
+            paired_se=paired_se,
+            median_test=jnp.median(sq),
             final=res.params,
             **dist,
         )
@@ -547,9 +557,11 @@ def _per_seed(values) -> dict:
 
 def thm4_checks(lm: dict, a_star, fam_loss: float, fam_se: float, cfg: Config) -> list[Check]:
     """Figs. 1-2 (Thm 4) from the Levenberg-Marquardt runs' record ``lm`` (per seed: Dist curves "blue" =
-    Dist(Σ^½A_iΣ^½, I) and "red" = Dist(A_i, I), "final_test" and "ref_test" losses)."""
+    Dist(Σ^½A_iΣ^½, I) and "red" = Dist(A_i, I), "final_test" and "ref_test" losses, and "paired_se", the s.e. of
+    their difference on the same test prompts)."""
     blue, red = np.asarray(lm["blue"][:, -1]), np.asarray(lm["red"][:, -1])
     excess = np.asarray(lm["final_test"] / lm["ref_test"] - 1)
+    excess_se = np.asarray(lm["paired_se"] / lm["ref_test"])
     return [
         learned_check(
             "Figs. 1–2",
@@ -577,7 +589,8 @@ def thm4_checks(lm: dict, a_star, fam_loss: float, fam_se: float, cfg: Config) -
         Check(
             "Fig. 1(d): test loss → the Thm 4 point A_i = −a_i*Σ⁻¹",
             f"{fam_loss:.4g} ± {fam_se:.1g} (a* = {fmt(a_star, 3)})",
-            fmt(np.asarray(lm["final_test"]), 4) + f" (vs the point: {fmt(100 * excess, 2)} %)",
+            fmt(np.asarray(lm["final_test"]), 4)
+            + f" (vs the point: {fmt(100 * excess, 2)} %, paired s.e. ≤ {100 * excess_se.max():.2g} %)",
             f"≤ {100 * cfg.excess_target:g} % above the point (same test prompts)",
             bool(np.all(excess <= cfg.excess_target)),
             seeds=cfg.seeds,
@@ -690,7 +703,8 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     """One grid point, ``n_ctx`` and ``depth`` traced (prompts padded to ``n_max`` examples and the
     model to ``max_depth`` layers, with masks): train a depth-``depth`` transformer (eq. 9) by LM
     and return its test loss (and s.e.) with the test losses of ``depth``-step GD and
-    Σ⁻¹-preconditioned GD (best constant steps, tuned on the training prompts) and OLS."""
+    Σ⁻¹-preconditioned GD (best constant steps, tuned on the training prompts) and OLS, and the paired s.e. of
+    the transformer's loss minus preconditioned GD's on the same test prompts."""
     k_cov, k_train, k_test, k_init = jax.random.split(key, 4)
     Sigma = tasks.RandomRotationCovariance(jnp.asarray(cfg.scales)).sample(k_cov)
     task = tasks.LinearRegression(cfg.d, n_max, tasks.FixedCovariance(Sigma), "inverse_covariance")
@@ -707,11 +721,13 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     Sinv = jnp.linalg.inv(Sigma)
     s_gd = ahn.best_gd_step(ptrain, depth, max_steps=max_depth)
     s_pgd = ahn.best_gd_step(ptrain, depth, Sinv, max_steps=max_depth)
+    sq_pgd = 0.5 * (jax.vmap(lambda p: ahn.gd_prediction(p, s_pgd, depth, Sinv, max_depth))(ptest) - ptest.y_query) ** 2
     return (
         jnp.mean(sq),
         jnp.std(sq) / jnp.sqrt(sq.shape[0]),
         ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
-        ahn.gd_loss(ptest, s_pgd, depth, Sinv, max_steps=max_depth),
+        jnp.mean(sq_pgd),
+        jnp.std(sq - sq_pgd) / jnp.sqrt(sq.shape[0]),
         ahn.ols_loss(after(ptest, res)),
     )
 
@@ -719,8 +735,9 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
 def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
     """Depth L = 1…4 at n = cfg.n, and context n = 2…20 at L = cfg.n_layers, × seeds: one ``jaxicl.sweep``
     over the (n, L) cases, each vmapping its seeds (layers padded to the largest depth, examples to the
-    longest context), so one compiled program, chunked to fit the device's memory (the paper-size grid asks
-    for about 60 GiB as one program).
+    longest context), so one compiled program, called on ``cfg.sweep_chunk`` points at a time and on fewer where the
+    device's memory asks (the paper-size grid asks for about 60 GiB as one program). On a CPU one point at a time
+    is the fastest and holds a fraction of the memory of all at once (docs/reports/trained-size).
 
     The seeds stay an inner ``vmap`` rather than a sweep axis: XLA:CPU (jax 0.10.2) deadlocked, all threads
     idle, on this program with (case, seed) flattened into one batch axis (same numbers as one
@@ -731,7 +748,7 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
     n_max, max_depth = max(cfg.n, *cfg.contexts), max(cfg.n_layers, *cfg.depths)
     ns = np.array([cfg.n] * len(cfg.depths) + list(cfg.contexts))
     depths = np.array(list(cfg.depths) + [cfg.n_layers] * len(cfg.contexts))
-    names = ("transformer", "transformer_se", "gd", "preconditioned_gd", "ols")
+    names = ("transformer", "transformer_se", "gd", "preconditioned_gd", "transformer_minus_pgd_se", "ols")
 
     def run(case):
         n_ctx, depth = jnp.asarray(ns)[case], jnp.asarray(depths)[case]
@@ -744,6 +761,7 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
         output_dims={k: ("seed",) for k in names},
         output_coords={"seed": np.arange(cfg.sweep_seeds)},
         meta={"paper": NAME, "figure": "depth and context", "config": dataclasses.asdict(cfg)},
+        chunk_size=cfg.sweep_chunk,
     )
     nd = len(cfg.depths)
 
@@ -758,8 +776,13 @@ def depth_and_context_sweeps(cfg: Config, key) -> tuple[xr.Dataset, xr.Dataset]:
     )
 
 
-# Σ⁻¹-preconditioned GD against plain GD on the anisotropic Σ (condition number 16): at most this ratio (quick: 0.14-0.87)
+# Σ⁻¹-preconditioned GD against plain GD on the anisotropic Σ (condition number 16): at most this ratio (quick: 0.13-0.88)
 PGD_MARGIN = 0.95
+# The trained transformer against Σ⁻¹-preconditioned GD (a point of its own parametrization, eq. 9) on fresh prompts:
+# at most this ratio, for the generalization gap of a fixed training set. Measured on 10⁶ fresh prompts per model
+# (docs/reports/trained-size, "Ahn et al.'s sweeps"): with 10,000 training prompts 0.97-1.003 where the two are
+# closest (n = 2; one layer, where the optimum is a multiple of Σ⁻¹), with 2,000 the n = 2 models overfit (1.13-1.19).
+TF_PGD_MARGIN = 1.02
 
 
 def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset, cfg: Config) -> list[Check]:
@@ -777,20 +800,26 @@ def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset, cfg: Config) -> list
         )
     ]
     for ds, dim in ((ds_depth, "depth"), (ds_ctx, "n")):
-        tf = ds.transformer.mean("seed").values
-        pgd = ds.preconditioned_gd.mean("seed").values
-        gd = ds.gd.mean("seed").values
-        se = np.sqrt((ds.transformer_se**2).mean("seed").values / ds.seed.size)
-        ok = bool(np.all(tf <= pgd * 1.02 + 3 * se))
+        # per seed and paired (the same test prompts): the transformer's mean error at most TF_PGD_MARGIN × preconditioned
+        # GD's, within 3 s.e. of the per-prompt difference, which the rare ill-conditioned prompts dominate
+        tf, pgd, se = (
+            ds[k].transpose(dim, "seed").values
+            for k in ("transformer", "preconditioned_gd", "transformer_minus_pgd_se")
+        )
+        ratio = tf / pgd
+        ok = bool(np.all(tf <= TF_PGD_MARGIN * pgd + 3 * se))
         checks.append(
             Check(
                 f"trained transformer ≤ Σ⁻¹-preconditioned GD, every {dim}",
                 "TF ≤ PGD",
-                f"TF {fmt(tf, 3)} vs PGD {fmt(pgd, 3)}",
-                "2% + 3 s.e. (finite training set)",
+                f"TF ÷ PGD {fmt(ratio.max(axis=1), 3)} (max over seeds; paired s.e. ≤ {fmt((se / pgd).max(), 1)}), "
+                f"PGD {fmt(pgd.mean(axis=1), 3)}",
+                f"≤ {TF_PGD_MARGIN:g} × PGD + 3 paired s.e., every seed (finite training set)",
                 ok,
+                seeds=ds.seed.size,
             )
         )
+        pgd, gd = ds.preconditioned_gd.mean("seed").values, ds.gd.mean("seed").values
         # Σ has condition number 16 (cfg.scales): the preconditioner must show, by a margin a dropped or wrong
         # preconditioner (PGD = GD) does not meet
         checks.append(
