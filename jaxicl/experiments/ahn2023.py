@@ -806,29 +806,28 @@ def _sweep_checks(ds_depth: xr.Dataset, ds_ctx: xr.Dataset, cfg: Config) -> list
             ds[k].transpose(dim, "seed").values
             for k in ("transformer", "preconditioned_gd", "transformer_minus_pgd_se")
         )
-        ratio = tf / pgd
+        ratio, pgd_mean, gd_mean = tf / pgd, pgd.mean(axis=1), ds.gd.mean("seed").values
         ok = bool(np.all(tf <= TF_PGD_MARGIN * pgd + 3 * se))
         checks.append(
             Check(
                 f"trained transformer ≤ Σ⁻¹-preconditioned GD, every {dim}",
                 "TF ≤ PGD",
                 f"TF ÷ PGD {fmt(ratio.max(axis=1), 3)} (max over seeds; paired s.e. ≤ {fmt((se / pgd).max(), 1)}), "
-                f"PGD {fmt(pgd.mean(axis=1), 3)}",
+                f"PGD {fmt(pgd_mean, 3)}",
                 f"≤ {TF_PGD_MARGIN:g} × PGD + 3 paired s.e., every seed (finite training set)",
                 ok,
                 seeds=ds.seed.size,
             )
         )
-        pgd, gd = ds.preconditioned_gd.mean("seed").values, ds.gd.mean("seed").values
         # Σ has condition number 16 (cfg.scales): the preconditioner must show, by a margin a dropped or wrong
         # preconditioner (PGD = GD) does not meet
         checks.append(
             Check(
                 f"Σ⁻¹-preconditioned GD below plain GD (best steps), every {dim}",
                 "PGD < GD",
-                f"PGD ÷ GD {fmt(pgd / gd, 3)} (GD {fmt(gd, 3)})",
+                f"PGD ÷ GD {fmt(pgd_mean / gd_mean, 3)} (GD {fmt(gd_mean, 3)})",
                 f"≤ {PGD_MARGIN:g} at every {dim}",
-                bool(np.all(pgd <= PGD_MARGIN * gd)),
+                bool(np.all(pgd_mean <= PGD_MARGIN * gd_mean)),
             )
         )
     tf_depth = ds_depth.transformer.mean("seed").values
