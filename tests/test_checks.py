@@ -239,12 +239,20 @@ def test_monte_carlo_power_and_checks():
 
 # --- AlgoFormer -----------------------------------------------------------------------------------------------
 def _algoformer_data(
-    n=8, untrained=(), swap=False, ratios=(0.5, 2.0, 1.0), newton_converges=True, algo_factor=0.5, plateau=False
+    n=8,
+    untrained=(),
+    swap=False,
+    ratios=(0.5, 2.0, 1.0),
+    newton_converges=True,
+    algo_factor=0.5,
+    plateau=False,
+    paired_se=0.01,
 ):
     """Figs. 2, 3 and 5's datasets as the paper draws them: every model learns (its error ÷ the zero estimator's
-    falls along the prompt), the AlgoFormer lowest; larger ΔT more stable at the same T; Newton converges
-    quadratically, GD linearly, the AlgoFormer below both in the first iterations. The AR task's zero-estimator
-    error grows along the prompt (as the AR process does), so only errors relative to it fall."""
+    falls along the prompt), the AlgoFormer lowest (by 0.13-0.20 of the zero estimator's error, over the test
+    prompts ``paired_se`` of it); larger ΔT more stable at the same T; Newton converges quadratically, GD linearly,
+    the AlgoFormer below both in the first iterations. The AR task's zero-estimator error grows along the prompt (as
+    the AR process does), so only errors relative to it fall."""
     pos = np.arange(1, n + 1)
     data = {}
     for t in ("regression", "ar", "cot"):
@@ -255,6 +263,7 @@ def _algoformer_data(
                 level = 0.9 - level
             rel = np.ones(n) if m in untrained else level * (1 + 1 / pos) / 2
             data[f"{t}_{m}"] = (f"example_{t}", zero * rel)
+        data |= {f"{t}_paired_se_{m}": paired_se for m in ("standard", "looped")}
     ds2 = xr.Dataset(data, coords={f"example_{t}": pos for t in ("regression", "ar", "cot")})
     ds2.attrs["status"] = "complete"
     settings, T = ["(T, ΔT) = (8, 6)", "(T, ΔT) = (8, 1)", "(T, ΔT) = (4, 3)"], np.array([8, 8, 4])
@@ -331,13 +340,18 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         "GD converges more slowly than Newton",
     )
     m.covered()
-    # --trained: Fig. 2's ordering on the CoT task, Fig. 3's and Fig. 5's asserted (over three seeds); the regression
-    # and AR tasks' not yet (asserted at --full)
+    # below by less than FIG2_PAIRED_SE s.e. of the test prompts: a tie the test set does not decide, for each task
+    for task in A.FIG2_TASKS:
+        claim = f"Fig. 2 ({task}): AlgoFormer below the standard"
+        assert_verdict(A._checks(full, *_algoformer_data(paired_se=0.05)), claim, "FAIL")  # closest gap 0.134: 2.7 s.e.
+        assert_verdict(A._checks(full, *_algoformer_data(paired_se=0.035)), claim, "pass")  # 3.8 s.e.
+        row = next(c for c in A._checks(quick, *_algoformer_data(paired_se=0.05)) if claim in c.claim)
+        assert row.verdict == "not reproduced" and "(+2.7 s.e.)" in row.margin, row
+    # --trained: Fig. 3's and Fig. 5's orderings asserted (over three seeds); Fig. 2's, whose order of the
+    # architectures is the seed's up to 8,000 steps, not (asserted at --full) but shown with their margins
     trained = A.SIZES["trained"]
-    assert A.trained_enough(trained) and not A.trained_enough(dataclasses.replace(trained, seeds=1))
     swapped = A._checks(trained, *_algoformer_data(swap=True))
-    assert_verdict(swapped, "Fig. 2 (cot): AlgoFormer below the standard", "FAIL")
-    for task in ("regression", "ar"):
+    for task in A.FIG2_TASKS:
         assert_verdict(swapped, f"Fig. 2 ({task}): AlgoFormer below the standard", "not reproduced")
         row = next(c for c in swapped if f"Fig. 2 ({task}): AlgoFormer below the standard" in c.claim)
         assert row.asserted_at == "--full", row
@@ -360,11 +374,12 @@ def test_algoformer_checks_pass_on_the_papers_picture_and_fail_on_wrong_ones():
         xr.concat([a, b, a], "seed").assign_coords(seed=[0, 1, 2])
         for a, b in zip(_algoformer_data(), _algoformer_data(swap=True))
     ]
-    per_seed = A._checks(trained, *seeded)
+    per_seed = A._checks(full, *seeded)
     assert_verdict(per_seed, "(cot): AlgoFormer below the standard", "FAIL")
     row = next(c for c in per_seed if "(cot): AlgoFormer below the standard" in c.claim)
     assert row.seeds == 3 and "fails for seed 1:" in row.simulated and "seed 2:" not in row.simulated
-    assert_verdict(per_seed, "Fig. 2 (regression): every trained model learned", "pass")
+    assert_verdict(A._checks(trained, *seeded), "(cot): AlgoFormer below the standard", "not reproduced")
+    assert_verdict(A._checks(trained, *seeded), "Fig. 2 (regression): every trained model learned", "pass")
 
 
 def test_the_quick_algoformer_leaves_figs_3_and_5_to_the_trained_size_and_says_so():

@@ -312,6 +312,7 @@ def test_settings_that_contradict_each_other_are_refused_with_the_reason(paper, 
         ("yang2024", {"record_every": 1000}, "is not a multiple of record_every"),
         ("algoformer", {"ar_q": 20}, "ar_N = 16 is below ar_q"),
         ("algoformer", {"compute_dtype": "banana"}, "must be one of bfloat16, float32"),
+        ("algoformer", {"fig2_test_prompts": 1}, "Fig. 2 has 1 test prompt: its comparisons need at least 2"),
         ("zhang2023", {"gpt2.compute_dtype": "int8"}, "must be one of bfloat16, float32"),
         ("zhang2023", {"d": 100_000}, r"prompts \(float64\) alone take .* GiB, more than half"),  # was exit 134
         ("zhang2023", {"gpt2.d_model": 2**20, "gpt2.n_heads": 1}, "Fig. 1's GPT-2: parameters"),
