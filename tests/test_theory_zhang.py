@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import jaxicl as icl
+from jaxicl.experiments.report import mean_and_se as mc
 from jaxicl.experiments.zhang2023 import example_covariance, predictions, squared_errors
-from jaxicl.experiments.zhang2023 import mean_and_se as mc
 from jaxicl.theory import zhang
 
 N_SE = 3.0

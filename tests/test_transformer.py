@@ -1092,3 +1092,43 @@ def test_algoformer_fig3_trains_fig2s_model_for_its_own_steps(tmp_path, monkeypa
     np.testing.assert_array_equal(ds3b.error.values, ds3.error.values)
     with pytest.raises(ValueError, match="give fig2_key"), jax.enable_x64(False):
         A.fig3(own, key3, tmp_path / "none", task, {})
+
+
+def test_algoformer_ar_steps_train_the_ar_tasks_models_alone(tmp_path, monkeypatch):
+    """`Config.ar_steps` is the AR task's models' steps and no other model's: they train that long, the regression and
+    CoT models ``steps``; no checkpoint fingerprint names it, and a change to it leaves every fingerprint but the AR
+    models' (whose ``steps`` it is) as it was, so their checkpoints stay resumable."""
+    from jaxicl.experiments import algoformer as A
+
+    seen = {}
+    keep = A.train
+
+    def spy(loss, model, steps, key, **kw):
+        seen[kw["label"]] = (steps, kw["config"])
+        return keep(loss, model, steps, key, **kw)
+
+    monkeypatch.setattr(A, "train", spy)
+    key = jax.random.PRNGKey(0)
+
+    def trained(cfg, where):
+        seen.clear()
+        with jax.enable_x64(False):  # as the reproduction trains them
+            ts = A.fig2_tasks(cfg, key)
+            for tname, task in ts.items():
+                for kind in A.MODELS:
+                    A.fig2_model(
+                        cfg, key, tname, task, kind, tmp_path / where / f"{tname}_{kind}.ckpt", False, None, []
+                    )
+        return dict(seen)
+
+    first = trained(tiny_algoformer(steps=2, ar_steps=3), "a")
+    assert sorted(first) == sorted(f"fig2 {t} {k}" for t in A.FIG2_TASKS for k in A.MODELS)
+    for label, (steps, config) in first.items():
+        assert steps == (3 if label.startswith("fig2 ar ") else 2), label
+        assert config["steps"] == str(steps) and "ar_steps" not in config, label
+    again = trained(tiny_algoformer(steps=2, ar_steps=4), "b")
+    for label, (steps, config) in again.items():
+        if label.startswith("fig2 ar "):
+            assert steps == 4 and config == first[label][1] | {"steps": "4"}, label
+        else:
+            assert (steps, config) == first[label], label

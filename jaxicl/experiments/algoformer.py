@@ -50,6 +50,7 @@ from .report import (
     learned_check,
     least_complete,
     mark_partial,
+    mean_and_se,
     not_run,
     paper_claim,
     partial_status,
@@ -223,6 +224,8 @@ PART_SETTINGS = {
 }
 # the settings that choose which figures a run computes, which no model reads: left out of every fingerprint
 RUN_SELECTION = ("parts", "fig3")
+# the test prompts of the evaluations, which no training reads: left out of every fingerprint
+EVAL_SETTINGS = ("test_prompts", "fig2_test_prompts")
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
@@ -378,11 +381,10 @@ def _fit(
     (`continue_checkpoint`)."""
     unread = {
         *RUN_SELECTION,
+        *EVAL_SETTINGS,
         *(FIG5_SETTINGS if figure != 5 else ()),
         *(FIG3_SETTINGS if figure != 3 else ()),
         "ar_steps",  # read as ``steps`` by the AR task's models (`task_config`), by no other
-        "test_prompts",  # the evaluations', never the training's
-        "fig2_test_prompts",
     }
     config = {"run": label, **{k: str(v) for k, v in dataclasses.asdict(cfg).items() if k not in unread}}
     if continues is not None and continues.exists() and not ckpt.exists():
@@ -424,17 +426,20 @@ def training_prompts(task, cfg: Config, key, step, d: int, n: int):
     return task.prompts(key, cfg.batch) if curr is None else task.prompts(key, cfg.batch, *curr.at(step))
 
 
+def _scored(prompts):
+    """The positions of a prompt whose prediction is scored (the mask's nonzero entries; the same in every prompt)."""
+    return np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
+
+
 def _scored_mean(sq_err, prompts):
     """The mean over the prompts of a squared error (batch, T) at every scored position, in order."""
-    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
-    return np.asarray(jnp.mean((sq_err * prompts.mask)[:, scored], 0))
+    return np.asarray(jnp.mean((sq_err * prompts.mask)[:, _scored(prompts)], 0))
 
 
 def _scored_errors(model, prompts, n_loops):
     """Squared error against the clean targets at every scored position (in order) of every prompt, (prompts,
     positions); 1,024 prompts at a time, so that a large test set holds one batch's activations at once."""
-    scored = np.flatnonzero(np.asarray(prompts.mask[0]) > 0)
-    return np.asarray(_position_errors_batched(model, prompts, n_loops))[:, scored]
+    return np.asarray(_position_errors_batched(model, prompts, n_loops))[:, _scored(prompts)]
 
 
 @eqx.filter_jit
@@ -497,7 +502,7 @@ def fig2(
             data[f"{tname}_{name}"] = (("example_" + tname,), c[:n])
         for other in MODELS[:2]:  # the s.e. of the AlgoFormer's mean minus the other's, the same prompts (paired)
             diff = relative["algoformer"] - relative[other]
-            data[f"{tname}_paired_se_{other}"] = float(np.std(diff, ddof=1) / np.sqrt(len(diff)))
+            data[f"{tname}_paired_se_{other}"] = mean_and_se(diff)[1]
     ds = xr.Dataset(
         data, coords={f"example_{t}": np.arange(1, len(data[f"{t}_zero"][1]) + 1) for t in ts if f"{t}_zero" in data}
     )

@@ -322,6 +322,12 @@ def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
     return phi(e - n_se) + phi(-e - n_se)
 
 
+def mean_and_se(x) -> tuple[float, float]:
+    """The mean of the samples ``x`` and its standard error: their standard deviation (ddof 1) over √n."""
+    x = np.asarray(x, float).ravel()
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
+
+
 def powered_mean_and_se(
     draw, key, pred, n_se: float = 3.0, power: float = 0.95, error: float = 0.05, max_blocks: int = 64
 ) -> tuple[float, float]:
@@ -334,11 +340,10 @@ def powered_mean_and_se(
 
     blocks = [np.asarray(draw(key), float)]
     se_needed = error * abs(float(pred)) / (n_se + NormalDist().inv_cdf(power))
-    se = blocks[0].std(ddof=1) / np.sqrt(blocks[0].size)
+    se = mean_and_se(blocks[0])[1]
     for i in range(1, min(max_blocks, int(np.ceil((se / se_needed) ** 2)))):
         blocks.append(np.asarray(draw(jax.random.fold_in(key, i)), float))
-    x = np.concatenate(blocks)
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
+    return mean_and_se(np.concatenate(blocks))
 
 
 def mc_check(

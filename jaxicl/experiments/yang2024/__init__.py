@@ -37,6 +37,7 @@ from ..report import (
     lap_timer,
     mark_partial,
     mc_check,
+    mean_and_se,
     paper_claim,
     premise,
     save_dataset,
@@ -317,7 +318,7 @@ def fig2a(cfg: Config, task64, key) -> xr.Dataset:
         for i, (k, law) in enumerate((("in_domain", task), ("ood", ood))):
             p = law.sample(jax.random.fold_in(key, 10 + i), cfg.mc_prompts)
             per = np.asarray(jnp.sum((p.y @ A_hat - p.y @ A) ** 2, axis=1) / (2 * task.K), float)
-            mc[f"mc_{k}"], mc[f"mc_{k}_se"] = float(per.mean()), float(per.std(ddof=1) / np.sqrt(per.size))
+            mc[f"mc_{k}"], mc[f"mc_{k}_se"] = mean_and_se(per)
     col_err = np.linalg.norm(np.asarray(A_hat, float) - np.asarray(A64), axis=0)
     ds = xr.Dataset(
         {"loss": ("iteration", np.asarray(loss, float))}

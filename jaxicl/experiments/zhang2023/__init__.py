@@ -96,11 +96,6 @@ def squared_errors(*args, **kwargs):
     return (yhat - y) ** 2
 
 
-def mean_and_se(x):
-    x = np.asarray(x)
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
-
-
 @dataclasses.dataclass
 class BalancedFlow:
     """What `balanced_flow` computed: its checks and note, the flow's solution, min L, the gap L(t) − min L, the
