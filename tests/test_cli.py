@@ -305,8 +305,8 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jobs_module, "job_seconds", jobs_module.reference_seconds)  # not this machine's last run
     assert jobs_module.longest_first(["gatmiry2024", "ahn2023", "unknown", "yang2024", "algoformer", "zhang2023"]) == [
-        "algoformer",
         "ahn2023",
+        "algoformer",
         "yang2024",
         "gatmiry2024",
         "zhang2023",
@@ -328,16 +328,16 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
     # whole (its Fig. 1 trains from --trained)
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
-        "gatmiry2024",
+        "ahn2023/fig1_2",
         "yang2024/transformers",
-        "zhang2023",
+        "ahn2023/fig3_4",
+        "ahn2023/sweeps",
+        "gatmiry2024",
         "algoformer/regression",
         "algoformer/cot",
+        "zhang2023",
         "algoformer/ar",
-        "ahn2023/fig1_2",
-        "ahn2023/fig3_4",
         "yang2024/theory",
-        "ahn2023/sweeps",
         "ahn2023/theory",
     ]
 
@@ -349,7 +349,7 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
     import jaxicl.experiments as E
 
     reference = jobs_module.reference_seconds()
-    assert reference["yang2024/transformers"] > reference["ahn2023/fig1_2"]  # the shipped data, its machine and date
+    assert reference["ahn2023/fig1_2"] > reference["yang2024/transformers"]  # the shipped data, its machine and date
     shipped = __import__("json").loads(jobs_module.REFERENCE.read_text())
     assert all({"machine", "date", "commit", "measured", "seconds"} <= set(run) for run in shipped.values())
     monkeypatch.setattr(jobs_module, "_local_file", lambda: tmp_path / jobs_module.LOCAL_NAME)  # beside a cache
