@@ -24,6 +24,7 @@ from jaxicl.experiments.report import (
     mark_partial,
     mc_check,
     mc_power,
+    mean_and_se,
     paper_claim,
 )
 
@@ -235,6 +236,19 @@ def test_monte_carlo_power_and_checks():
     assert (
         mc_check("c", np.ones(3), np.array([1.0, 1.004, 1.004]), np.full(3, 0.001), max_excursions=1).verdict == "FAIL"
     )
+
+
+def test_mean_and_se_is_the_sample_standard_deviation_over_root_n():
+    # the samples 1, 2, 3, 6: mean 3, sample variance (4 + 1 + 0 + 9)/3 = 14/3 (ddof 1), s.e. √(14/3)/2
+    assert mean_and_se([1.0, 2.0, 3.0, 6.0]) == pytest.approx((3.0, np.sqrt(14 / 3) / 2), rel=1e-15)
+    x = np.array([[1.0, 10.0], [2.0, 10.0], [3.0, 13.0], [6.0, 7.0]])  # samples along axis 0, two columns
+    mean, se = mean_and_se(x, axis=0)
+    np.testing.assert_allclose(mean, [3.0, 10.0], rtol=1e-15)
+    np.testing.assert_allclose(se, [np.sqrt(14 / 3) / 2, np.sqrt(6.0) / 2], rtol=1e-15)
+    np.testing.assert_allclose(mean_and_se(x.T, axis=1)[1], se, rtol=1e-15)
+    one_mean, one_se = mean_and_se(np.array([[4.0, 5.0]]), axis=0)  # one sample: no measured spread
+    np.testing.assert_array_equal(one_mean, [4.0, 5.0])
+    assert np.isnan(one_se).all()
 
 
 # --- AlgoFormer -----------------------------------------------------------------------------------------------

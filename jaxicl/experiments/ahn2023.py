@@ -33,6 +33,7 @@ from .report import (
     lap_timer,
     learned_check,
     mc_check,
+    mean_and_se,
     premise,
     save_dataset,
     save_paper_figure,
@@ -273,7 +274,7 @@ def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=
             ref = paired_se = jnp.nan
         else:  # the Thm 4 point on the same test prompts, and the s.e. of the per-prompt difference
             sq_ref = 0.5 * (family_model(Sigma, a_star).predict_gram(test) - test.y_query) ** 2
-            ref, paired_se = jnp.mean(sq_ref), jnp.std(sq - sq_ref) / jnp.sqrt(sq.shape[0])
+            ref, paired_se = jnp.mean(sq_ref), jnp.std(sq - sq_ref, ddof=1) / jnp.sqrt(sq.shape[0])
         return dict(
             Sigma=Sigma,
             losses=res.losses,
@@ -293,7 +294,7 @@ def _family_optimum(cfg: Config, key, n_layers: int):
     ev = ahn.whitened_gram_eigenvalues(key, cfg.d, cfg.n, cfg.family_mc)
     a, loss = ahn.thm4_family_optimum(ev, n_layers)
     per = 0.5 * jnp.sum(jnp.prod(1 - a[:, None, None] * ev[None], axis=0) ** 2, axis=-1)
-    return a, float(loss), float(jnp.std(per) / jnp.sqrt(per.shape[0]))
+    return a, float(loss), float(jnp.std(per, ddof=1) / jnp.sqrt(per.shape[0]))
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -724,10 +725,10 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     sq_pgd = 0.5 * (jax.vmap(lambda p: ahn.gd_prediction(p, s_pgd, depth, Sinv, max_depth))(ptest) - ptest.y_query) ** 2
     return (
         jnp.mean(sq),
-        jnp.std(sq) / jnp.sqrt(sq.shape[0]),
+        jnp.std(sq, ddof=1) / jnp.sqrt(sq.shape[0]),
         ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
         jnp.mean(sq_pgd),
-        jnp.std(sq - sq_pgd) / jnp.sqrt(sq.shape[0]),
+        jnp.std(sq - sq_pgd, ddof=1) / jnp.sqrt(sq.shape[0]),
         ahn.ols_loss(after(ptest, res)),
     )
 
@@ -953,9 +954,8 @@ def _depth_context_figure(plt, out, ds_depth, ds_ctx, cfg) -> str:
             ("gd", "GD (best step)"),
             ("ols", "OLS (noise-free: exact once n ≥ d, off the axis)"),
         ):
-            v = ds[var].values
-            se = v.std(axis=1, ddof=1) / np.sqrt(v.shape[1]) if v.shape[1] > 1 else 0 * v[:, 0]
-            ax.errorbar(x, v.mean(1), yerr=2 * se, marker="o", ms=3, capsize=2, label=name)
+            mean, se = mean_and_se(ds[var].values, axis=1)
+            ax.errorbar(x, mean, yerr=2 * se, marker="o", ms=3, capsize=2, label=name)
         iterative = np.concatenate([ds[v].values.ravel() for v in ("transformer", "preconditioned_gd", "gd")])
         ax.set(
             yscale="log",

@@ -322,10 +322,17 @@ def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
     return phi(e - n_se) + phi(-e - n_se)
 
 
-def mean_and_se(x) -> tuple[float, float]:
-    """The mean of the samples ``x`` and its standard error: their standard deviation (ddof 1) over √n."""
-    x = np.asarray(x, float).ravel()
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
+def mean_and_se(x, axis: int | None = None):
+    """The mean of the samples ``x`` and its standard error: their standard deviation (ddof 1) over √n; over every
+    entry as two floats, or along ``axis`` as two arrays. One sample has no measured spread: its standard error is
+    NaN (a plot draws no bar)."""
+    x = np.asarray(x, float)
+    if axis is None:
+        x, axis = x.ravel(), 0
+    n = x.shape[axis]
+    mean = x.mean(axis)
+    se = x.std(axis=axis, ddof=1) / np.sqrt(n) if n > 1 else np.full_like(mean, np.nan)
+    return (float(mean), float(se)) if np.ndim(mean) == 0 else (mean, se)
 
 
 def powered_mean_and_se(

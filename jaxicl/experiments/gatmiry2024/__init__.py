@@ -33,6 +33,7 @@ from ..report import (
     fmt,
     lap_timer,
     learned_check,
+    mean_and_se,
     paper_claim,
     relative_margin,
     save_dataset,
@@ -816,10 +817,10 @@ def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
     for ax, arch, looped in ((axes[0], "multilayer (L layers)", 0), (axes[1], "looped (L loops)", 1)):
         for kappa in cfg.kappas:
             v = ds1.test_loss.sel(kappa=kappa, looped=looped)
-            se = v.std("seed") / np.sqrt(v.sizes["seed"])
+            mean, se = mean_and_se(v.transpose("seed", ...), axis=0)
             ax.errorbar(
                 ds1.depth,
-                v.mean("seed"),
+                mean,
                 yerr=2 * se,
                 marker="o",
                 ms=3,
@@ -878,10 +879,10 @@ def _fig2_figure(out, cfg, ds2) -> str:
         top, bottom = axes[0, j], axes[1, j]
         for looped, color in ((0, "tab:red"), (1, "tab:blue")):
             v = ds2.test_loss.sel(k=k, looped=looped)
-            se = v.std("seed") / np.sqrt(v.sizes["seed"])
+            mean, se = mean_and_se(v.transpose("seed", ...), axis=0)
             top.errorbar(
                 ds2.w,
-                v.mean("seed"),
+                mean,
                 yerr=2 * se,
                 marker="o",
                 ms=3,

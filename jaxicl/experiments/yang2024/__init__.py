@@ -297,7 +297,7 @@ def fig2a(cfg: Config, task64, key) -> xr.Dataset:
             }
             for k, p in sets.items():
                 per = jnp.sum((p.y @ A_hat - y_star[k]) ** 2, axis=1) / (2 * task.K)
-                aux[f"test_{k}"], aux[f"test_{k}_se"] = per.mean(), per.std() / np.sqrt(per.size)
+                aux[f"test_{k}"], aux[f"test_{k}_se"] = per.mean(), per.std(ddof=1) / np.sqrt(per.size)
             return template_loss(A_hat, task), aux
 
         final, (loss, aux) = jax.jit(
@@ -421,7 +421,7 @@ def fig3(cfg: Config, key) -> xr.Dataset:
         {
             "expected_gap": (("seed", "N"), np.asarray(gaps)),
             "mc_gap": ("N_mc", np.asarray(mc.mean(1))),
-            "mc_se": ("N_mc", np.asarray(mc.std(1) / np.sqrt(mc.shape[1]))),
+            "mc_se": ("N_mc", np.asarray(mc.std(1, ddof=1) / np.sqrt(mc.shape[1]))),
         },
         coords={"seed": np.arange(cfg.fig3_seeds), "N": list(cfg.fig3_Ns), "N_mc": list(cfg.fig3_mc_Ns)},
         attrs={"m": cfg.fig3_m, "tau": cfg.tau, "K": cfg.K},

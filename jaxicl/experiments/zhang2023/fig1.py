@@ -22,6 +22,7 @@ from ..report import (
     checks_per_seed,
     fmt,
     least_complete,
+    mean_and_se,
     paper_claim,
     partial_status,
     relative_margin,
@@ -108,7 +109,7 @@ def fig1(
             model = dynamics.member(res.model, i)
             for ti, (xs, ys, clean, _) in enumerate(samples.values()):
                 e = np.asarray(query_errors(model, encode(xs, ys, clean))) / g.d
-                err[s, ci, ni, ti], err_se[s, ci, ni, ti] = e.mean(0), e.std(0, ddof=1) / np.sqrt(e.shape[0])
+                err[s, ci, ni, ti], err_se[s, ci, ni, ti] = mean_and_se(e, axis=0)
     dims = ("seed", "train_covariance", "N", "test", "M")
     return xr.Dataset(
         {"error": (dims, err), "error_se": (dims, err_se), "ols": (dims[3:], ols), "zero": (dims[3:], zero)},
