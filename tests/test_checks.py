@@ -11,6 +11,8 @@ need none: no bug of the simulation reaches them."""
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
@@ -26,6 +28,7 @@ from jaxicl.experiments.report import (
     mc_power,
     mean_and_se,
     paper_claim,
+    standard_error,
 )
 
 
@@ -249,6 +252,10 @@ def test_mean_and_se_is_the_sample_standard_deviation_over_root_n():
     one_mean, one_se = mean_and_se(np.array([[4.0, 5.0]]), axis=0)  # one sample: no measured spread
     np.testing.assert_array_equal(one_mean, [4.0, 5.0])
     assert np.isnan(one_se).all()
+    # the same formula inside a compiled program, on a traced array (the experiments' jit-side standard errors)
+    traced = jax.jit(standard_error, static_argnums=1)  # float64: the suite's autouse fixture
+    assert float(traced(jnp.asarray([1.0, 2.0, 3.0, 6.0]))) == pytest.approx(np.sqrt(14 / 3) / 2, rel=1e-15)
+    np.testing.assert_allclose(traced(jnp.asarray(x), 0), se, rtol=1e-15)
 
 
 # --- AlgoFormer -----------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from .report import (
     premise,
     save_dataset,
     save_paper_figure,
+    standard_error,
 )
 from .settings import Sized
 
@@ -274,7 +275,7 @@ def seed_trainer(cfg: Config, method: str, parametrization: str, n: int, a_star=
             ref = paired_se = jnp.nan
         else:  # the Thm 4 point on the same test prompts, and the s.e. of the per-prompt difference
             sq_ref = 0.5 * (family_model(Sigma, a_star).predict_gram(test) - test.y_query) ** 2
-            ref, paired_se = jnp.mean(sq_ref), jnp.std(sq - sq_ref, ddof=1) / jnp.sqrt(sq.shape[0])
+            ref, paired_se = jnp.mean(sq_ref), standard_error(sq - sq_ref)
         return dict(
             Sigma=Sigma,
             losses=res.losses,
@@ -294,7 +295,7 @@ def _family_optimum(cfg: Config, key, n_layers: int):
     ev = ahn.whitened_gram_eigenvalues(key, cfg.d, cfg.n, cfg.family_mc)
     a, loss = ahn.thm4_family_optimum(ev, n_layers)
     per = 0.5 * jnp.sum(jnp.prod(1 - a[:, None, None] * ev[None], axis=0) ** 2, axis=-1)
-    return a, float(loss), float(jnp.std(per, ddof=1) / jnp.sqrt(per.shape[0]))
+    return a, float(loss), float(standard_error(per))
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -725,10 +726,10 @@ def _sweep_point(key, cfg: Config, n_ctx, depth, n_max: int, max_depth: int):
     sq_pgd = 0.5 * (jax.vmap(lambda p: ahn.gd_prediction(p, s_pgd, depth, Sinv, max_depth))(ptest) - ptest.y_query) ** 2
     return (
         jnp.mean(sq),
-        jnp.std(sq, ddof=1) / jnp.sqrt(sq.shape[0]),
+        standard_error(sq),
         ahn.gd_loss(ptest, s_gd, depth, max_steps=max_depth),
         jnp.mean(sq_pgd),
-        jnp.std(sq - sq_pgd, ddof=1) / jnp.sqrt(sq.shape[0]),
+        standard_error(sq - sq_pgd),
         ahn.ols_loss(after(ptest, res)),
     )
 

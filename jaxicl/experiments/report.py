@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -322,16 +323,23 @@ def mc_power(pred, se, n_se: float = 3.0, error: float = 0.05):
     return phi(e - n_se) + phi(-e - n_se)
 
 
+def standard_error(x, axis: int | None = None):
+    """The standard error of the mean of the samples ``x``, over every entry or along ``axis``: their standard
+    deviation (ddof 1) over √n. Written with the array's own methods, so that it serves a traced jax array inside a
+    compiled program as well as a numpy array (`mean_and_se` is the host-side form)."""
+    n = x.size if axis is None else x.shape[axis]
+    return x.std(axis=axis, ddof=1) / math.sqrt(n)
+
+
 def mean_and_se(x, axis: int | None = None):
-    """The mean of the samples ``x`` and its standard error: their standard deviation (ddof 1) over √n; over every
-    entry as two floats, or along ``axis`` as two arrays. One sample has no measured spread: its standard error is
-    NaN (a plot draws no bar)."""
+    """The mean of the samples ``x`` and its standard error (`standard_error`); over every entry as two floats, or
+    along ``axis`` as two arrays. One sample has no measured spread: its standard error is NaN (a plot draws no
+    bar)."""
     x = np.asarray(x, float)
     if axis is None:
         x, axis = x.ravel(), 0
-    n = x.shape[axis]
     mean = x.mean(axis)
-    se = x.std(axis=axis, ddof=1) / np.sqrt(n) if n > 1 else np.full_like(mean, np.nan)
+    se = standard_error(x, axis) if x.shape[axis] > 1 else np.full_like(mean, np.nan)
     return (float(mean), float(se)) if np.ndim(mean) == 0 else (mean, se)
 
 

@@ -817,7 +817,7 @@ def _fig1_figure(out, cfg, theory, ds_fg, ds1) -> str:
     for ax, arch, looped in ((axes[0], "multilayer (L layers)", 0), (axes[1], "looped (L loops)", 1)):
         for kappa in cfg.kappas:
             v = ds1.test_loss.sel(kappa=kappa, looped=looped)
-            mean, se = mean_and_se(v.transpose("seed", ...), axis=0)
+            mean, se = mean_and_se(v, axis=v.get_axis_num("seed"))
             ax.errorbar(
                 ds1.depth,
                 mean,
@@ -879,7 +879,7 @@ def _fig2_figure(out, cfg, ds2) -> str:
         top, bottom = axes[0, j], axes[1, j]
         for looped, color in ((0, "tab:red"), (1, "tab:blue")):
             v = ds2.test_loss.sel(k=k, looped=looped)
-            mean, se = mean_and_se(v.transpose("seed", ...), axis=0)
+            mean, se = mean_and_se(v, axis=v.get_axis_num("seed"))
             top.errorbar(
                 ds2.w,
                 mean,

@@ -42,6 +42,7 @@ from ..report import (
     premise,
     save_dataset,
     save_paper_figure,
+    standard_error,
 )
 from ..settings import SettingsError
 
@@ -297,7 +298,7 @@ def fig2a(cfg: Config, task64, key) -> xr.Dataset:
             }
             for k, p in sets.items():
                 per = jnp.sum((p.y @ A_hat - y_star[k]) ** 2, axis=1) / (2 * task.K)
-                aux[f"test_{k}"], aux[f"test_{k}_se"] = per.mean(), per.std(ddof=1) / np.sqrt(per.size)
+                aux[f"test_{k}"], aux[f"test_{k}_se"] = per.mean(), standard_error(per)
             return template_loss(A_hat, task), aux
 
         final, (loss, aux) = jax.jit(
@@ -417,11 +418,12 @@ def fig3(cfg: Config, key) -> xr.Dataset:
     task0 = draw(keys[0])
     y_all = task0.sample(jax.random.fold_in(key, 1), cfg.fig3_mc).y_query
     mc = jax.jit(jax.vmap(lambda n: Y.gap(y_all, task0, n)))(jnp.asarray(cfg.fig3_mc_Ns))
+    mc_gap, mc_se = mean_and_se(mc, axis=1)
     return xr.Dataset(
         {
             "expected_gap": (("seed", "N"), np.asarray(gaps)),
-            "mc_gap": ("N_mc", np.asarray(mc.mean(1))),
-            "mc_se": ("N_mc", np.asarray(mc.std(1, ddof=1) / np.sqrt(mc.shape[1]))),
+            "mc_gap": ("N_mc", mc_gap),
+            "mc_se": ("N_mc", mc_se),
         },
         coords={"seed": np.arange(cfg.fig3_seeds), "N": list(cfg.fig3_Ns), "N_mc": list(cfg.fig3_mc_Ns)},
         attrs={"m": cfg.fig3_m, "tau": cfg.tau, "K": cfg.K},
