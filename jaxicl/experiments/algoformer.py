@@ -652,6 +652,14 @@ def fig5_config(cfg: Config) -> Config:
     return dataclasses.replace(cfg, steps=cfg.fig5_steps or cfg.steps, curriculum_every=cfg.fig5_curriculum_every)
 
 
+@eqx.filter_jit
+def _last_position_iterates(method, xs, ys, n_steps: int):
+    """``method``'s (a `baselines` iteration's) predictions at the last position after 1…n_steps iterations, (prompts,
+    n_steps, m); 1,024 prompts at a time, since the method iterates on every prefix (at the paper's size 16,384
+    prompts at once held about 10 GB)."""
+    return jax.lax.map(lambda xy: method(*xy, n_steps)[:, -1], (xs, ys), batch_size=1024)
+
+
 def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
     """AlgoFormers on noisy linear regression, for each (T, ΔT) of cfg.fig5_loops one per σ (an ensemble per
     setting), against GD and Newton (eq. 4) on the same test prompts: error at the last position vs iteration /
@@ -695,7 +703,7 @@ def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeB
         test = jax.vmap(tasks.garg_encoding)(xs, ys, clean)  # the model sees the prompts the baselines solve
         target = clean[:, -1]
         for name, fn in (("gd", baselines.gradient_descent_steps), ("newton", baselines.newton_steps)):
-            pred = jax.jit(jax.vmap(lambda x, y, fn=fn: fn(x, y, cfg.iterations)[:, -1]))(xs, ys)  # (P, k, m)
+            pred = _last_position_iterates(fn, xs, ys, cfg.iterations)  # (P, k, m)
             out[name][i] = np.asarray(jnp.mean(jnp.sum((pred - target[:, None]) ** 2, -1), 0))
         for j, members in enumerate(trained):
             algo[j, i] = np.asarray(_last_query_error_per_loop(member(members, i), test, cfg.iterations))
