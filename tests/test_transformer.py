@@ -397,6 +397,20 @@ def test_newton_and_gd_converge_to_ols():
     assert err(gd)[5] > 1e-3  # linear convergence is slower
 
 
+@pytest.mark.parametrize("method", [baselines.newton_steps, baselines.gradient_descent_steps])
+def test_fig5_baselines_batched_over_prompts_are_each_prompts_last_position(method):
+    """AlgoFormer Fig. 5 evaluates GD and Newton 1,024 prompts at a time (`_last_position_iterates`): on 1,100 prompts
+    (a batch and a remainder) every prompt's iterates at its last position, in the prompts' order."""
+    from jaxicl.experiments import algoformer as A
+
+    xs = jax.random.normal(KEY, (1100, 6, 2))
+    ys = xs @ jax.random.normal(jax.random.fold_in(KEY, 1), (1100, 2, 1)) / np.sqrt(2)
+    got = np.asarray(A._last_position_iterates(method, xs, ys, 3))
+    assert got.shape == (1100, 3, 1)
+    for i in (0, 1023, 1024, 1099):
+        np.testing.assert_allclose(got[i], np.asarray(method(xs[i], ys[i], 3))[:, -1], rtol=1e-12, atol=1e-14)
+
+
 # ----- training loop ---------------------------------------------------------------------------------------
 
 TASK = tasks.RepresentationRegression(2, 5, noise_std=0.1)
