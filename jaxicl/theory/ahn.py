@@ -165,8 +165,10 @@ def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
     Π_i (1 − a_i λ)² is a polynomial of degree 2L in λ, so the sample loss is ½ Σ_m c_m(a) μ_m with the
     power sums μ_m of `eigenvalue_power_sums`: the same function of a, evaluated in float64 at O(L²)
     cost whatever the sample size (on 200,000 samples in float32 each L-BFGS iteration re-read the sample,
-    up to 20 times per line search once converged: 50 s for Ahn et al.'s quick reproduction). Returns a
-    and the loss in the eigenvalues' dtype."""
+    up to 20 times per line search once converged: 50 s for Ahn et al.'s quick reproduction). ``n_steps`` is an upper
+    bound: L-BFGS stops at the first iteration that does not lower the loss (converged; iterating on at the optimum,
+    where the curvature pairs s·y vanish, can send the update to 1e43). Returns a and the loss in the eigenvalues'
+    dtype."""
     from ..dynamics import lbfgs
 
     L = int(n_layers)
@@ -181,7 +183,7 @@ def thm4_family_optimum(eigenvalues, n_layers: int, n_steps: int = 200):
                 c = jnp.convolve(c, jnp.stack([jnp.ones((), a.dtype), -a[i]]))
             return 0.5 * jnp.convolve(c, c) @ mu
 
-        a = lbfgs(f, jnp.linspace(0.3, 1.5, L, dtype=jnp.float64), n_steps).params
+        a = lbfgs(f, jnp.linspace(0.3, 1.5, L, dtype=jnp.float64), n_steps, ftol=0.0).params
         loss = f(a)
     return jnp.asarray(a, dtype), jnp.asarray(loss, dtype)
 
