@@ -1,6 +1,7 @@
 """Reports kept in docs/reports/ say what the code showed when they ran: each is flagged here once its papers' code
 (their own modules, and the library code they compute with) has changed since (run it again and keep the new one)."""
 
+import ast
 import json
 import shutil
 import subprocess
@@ -18,13 +19,14 @@ def _git(*args) -> str:
 
 # The library code that computes the papers' numbers and decides their verdicts: a change here changes what a kept
 # report would say, as a change to the paper's own module does. Left out: where and when work runs (jaxicl/runtime,
-# the command line, experiments/__init__'s processes), which decides no number of the report.
+# the command line, experiments/__init__'s processes), which decides no number of the report. Of jaxicl/theory (one
+# module per paper) only its __init__ is here: a paper's code counts the theory modules that it or this code imports.
 SHARED_CODE = (
     "jaxicl/dynamics",
     "jaxicl/losses",
     "jaxicl/models",
     "jaxicl/tasks",
-    "jaxicl/theory",
+    "jaxicl/theory/__init__.py",
     "jaxicl/baselines.py",
     "jaxicl/sweep.py",
     "jaxicl/experiments/report.py",
@@ -32,12 +34,45 @@ SHARED_CODE = (
 )
 
 
+def _imported_modules(path: Path) -> set[str]:
+    """The dotted names a Python file imports (anywhere in it, relative imports resolved), and ``package.name`` for
+    every ``from package import name``."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    package = parts[:-1]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join(base + ((node.module,) if node.module else ()))
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _theory_modules(paths: list[str]) -> list[str]:
+    """The modules of jaxicl/theory that the code under ``paths`` imports, and those they import in turn."""
+    todo = [f for p in paths for f in ([ROOT / p] if p.endswith(".py") else sorted((ROOT / p).rglob("*.py")))]
+    found: set[str] = set()
+    while todo:
+        for name in _imported_modules(todo.pop()):
+            if name.startswith("jaxicl.theory."):
+                target = f"jaxicl/theory/{name.split('.')[2]}.py"
+                if (ROOT / target).exists() and target not in found:
+                    found.add(target)
+                    todo.append(ROOT / target)
+    return sorted(found)
+
+
 def _paper_code(paper: str) -> list[str]:
-    """A paper's code: its module or package under jaxicl/experiments, and the library code it computes with
-    (`SHARED_CODE`)."""
+    """A paper's code: its module or package under jaxicl/experiments, the library code it computes with
+    (`SHARED_CODE`), and the theory modules either imports."""
     base = ROOT / "jaxicl" / "experiments"
     own = [str(p.relative_to(ROOT)) for p in (base / f"{paper}.py", base / paper) if p.exists()]
-    return own and own + [p for p in SHARED_CODE if (ROOT / p).exists()]
+    shared = [p for p in SHARED_CODE if (ROOT / p).exists()]
+    # theory/__init__ imports every paper's module, which only its own imports of them compute with
+    return own and own + shared + _theory_modules(own + [p for p in shared if not p.startswith("jaxicl/theory")])
 
 
 def _changed_since(commit: str, paths: list[str]) -> list[str]:
@@ -96,6 +131,19 @@ def test_the_flag_fires_for_a_change_to_the_library_a_paper_computes_with(tmp_pa
     (run.parent / "report.md").write_text("# old\n")
     with pytest.raises(AssertionError, match=r"zhang2023 \([^)]*jaxicl/dynamics[^)]*changed after"):
         test_a_kept_report_ran_at_or_after_the_last_change_to_its_papers_code(run)
+
+
+def test_a_papers_code_counts_the_theory_modules_it_computes_with():
+    """Of jaxicl/theory, a paper's code holds the modules it imports, and those these import (Ahn et al.'s Γ is Zhang
+    et al.'s), not another paper's; a change to one flags the reports of the papers that import it."""
+    ahn, zhang, gatmiry = (set(_paper_code(p)) for p in ("ahn2023", "zhang2023", "gatmiry2024"))
+    assert {"jaxicl/theory/ahn.py", "jaxicl/theory/zhang.py"} <= ahn
+    assert "jaxicl/theory/zhang.py" in zhang and "jaxicl/theory/ahn.py" not in zhang
+    assert "jaxicl/theory/gatmiry.py" in gatmiry and not {"jaxicl/theory/ahn.py", "jaxicl/theory/zhang.py"} & gatmiry
+    if not _history():
+        pytest.skip("needs the repository's full git history")
+    last = _git("log", "-1", "--format=%H", "--", "jaxicl/theory/ahn.py")
+    assert "jaxicl/theory/ahn.py" in _changed_since(_git("rev-parse", f"{last}^"), sorted(ahn))
 
 
 def test_every_paper_has_a_kept_report_at_the_trained_size_and_one_only():
