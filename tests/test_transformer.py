@@ -397,39 +397,34 @@ def test_newton_and_gd_converge_to_ols():
     assert err(gd)[5] > 1e-3  # linear convergence is slower
 
 
-# the test prompts the AlgoFormer's evaluations take at a time (`jax.lax.map`'s batch_size in algoformer.py): errors and
-# iterates (Figs. 2 and 5's baselines), and the per-loop errors whose every loop's hidden states are kept (Figs. 3, 5)
-EVAL_BATCH, LOOP_EVAL_BATCH = 1024, 128
-
-
 @pytest.mark.parametrize("method", [baselines.newton_steps, baselines.gradient_descent_steps])
 def test_fig5_baselines_batched_over_prompts_are_each_prompts_last_position(method):
-    """AlgoFormer Fig. 5 evaluates GD and Newton `EVAL_BATCH` prompts at a time (`_last_position_iterates`): on a
+    """AlgoFormer Fig. 5 evaluates GD and Newton `A.EVAL_BATCH` prompts at a time (`_last_position_iterates`): on a
     batch and a remainder, every prompt's iterates at its last position, in the prompts' order."""
     from jaxicl.experiments import algoformer as A
 
-    n = EVAL_BATCH + 76
+    n = A.EVAL_BATCH + 76
     xs = jax.random.normal(KEY, (n, 6, 2))
     ys = xs @ jax.random.normal(jax.random.fold_in(KEY, 1), (n, 2, 1)) / np.sqrt(2)
     got = np.asarray(A._last_position_iterates(method, xs, ys, 3))
     assert got.shape == (n, 3, 1)
-    for i in (0, EVAL_BATCH - 1, EVAL_BATCH, n - 1):
+    for i in (0, A.EVAL_BATCH - 1, A.EVAL_BATCH, n - 1):
         np.testing.assert_allclose(got[i], np.asarray(method(xs[i], ys[i], 3))[:, -1], rtol=1e-12, atol=1e-14)
 
 
 def test_algoformer_evaluations_batched_over_prompts_are_the_unbatched_ones():
-    """Figs. 2, 3 and 5 evaluate a model on a batch of test prompts and a remainder at a time (`EVAL_BATCH`,
-    `LOOP_EVAL_BATCH` prompts): every prompt's error at every position (Fig. 2), in the prompts' order, and the mean
+    """Figs. 2, 3 and 5 evaluate a model on a batch of test prompts and a remainder at a time (`A.EVAL_BATCH`,
+    `A.LOOP_EVAL_BATCH` prompts): every prompt's error at every position (Fig. 2), in the prompts' order, and the mean
     error at the last query after each loop (Figs. 3 and 5) are those of the whole test set at once."""
     from jaxicl.experiments import algoformer as A
 
     cfg = tiny_algoformer()
     task = A.fig2_tasks(cfg, KEY)["regression"]
     model = A.build_model("algoformer", cfg, task, jax.random.fold_in(KEY, 1))
-    test = task.prompts(jax.random.fold_in(KEY, 2), EVAL_BATCH + 40)
+    test = task.prompts(jax.random.fold_in(KEY, 2), A.EVAL_BATCH + 40)
     got = np.asarray(A._position_errors_batched(model, test, 3))
     np.testing.assert_allclose(got, np.asarray(losses.position_errors(model, test, 3)), rtol=1e-12, atol=1e-14)
-    test = jax.tree_util.tree_map(lambda a: a[: LOOP_EVAL_BATCH + 24], test)
+    test = jax.tree_util.tree_map(lambda a: a[: A.LOOP_EVAL_BATCH + 24], test)
     per_loop = losses.position_errors_per_loop(model, test, cfg.eval_loops)[:, :, -2]
     np.testing.assert_allclose(
         np.asarray(A._last_query_error_per_loop(model, test, cfg.eval_loops)),

@@ -226,6 +226,11 @@ PART_SETTINGS = {
 RUN_SELECTION = ("parts", "fig3")
 # the test prompts of the evaluations, which no training reads: left out of every fingerprint
 EVAL_SETTINGS = ("test_prompts", "fig2_test_prompts")
+# test prompts evaluated at a time, so that a large test set (16,384 at --trained and --full) holds one batch's
+# temporaries at once: EVAL_BATCH where a prompt's errors or iterates are all that is kept; LOOP_EVAL_BATCH where the
+# hidden states of every loop are kept too (about 1 GiB per 128 prompts at the paper's size)
+EVAL_BATCH = 1024
+LOOP_EVAL_BATCH = 128
 
 # quick: 1,500 AdamW steps per model. Fig. 2's asserted checks pass at 1,000-2,000 steps (seed 0), the AR task's
 # "error decreases with the examples" with its widest margin of those at 1,500 (last / first 0.875-0.925 against
@@ -441,7 +446,7 @@ def _scored_mean(sq_err, prompts):
 
 def _scored_errors(model, prompts, n_loops):
     """Squared error against the clean targets at every scored position (in order) of every prompt, (prompts,
-    positions); 1,024 prompts at a time, so that a large test set holds one batch's activations at once."""
+    positions); `EVAL_BATCH` prompts at a time."""
     return np.asarray(_position_errors_batched(model, prompts, n_loops))[:, _scored(prompts)]
 
 
@@ -450,7 +455,7 @@ def _position_errors_batched(model, prompts, n_loops):
     def one(p):
         return losses.position_errors(model, jax.tree_util.tree_map(lambda a: a[None], p), n_loops)[0]
 
-    return jax.lax.map(one, prompts, batch_size=1024)
+    return jax.lax.map(one, prompts, batch_size=EVAL_BATCH)
 
 
 def _zero_error(prompts):
@@ -571,13 +576,12 @@ def _fig3_to_train(cfg: Config) -> list[tuple]:
 @eqx.filter_jit
 def _last_query_error_per_loop(model, test, max_loops: int):
     """Mean squared error at the last query (position −2: the last x token) after 1…max_loops loops, from one pass
-    of the loops; 128 prompts at a time (the hidden states of every loop are kept: about 1 GiB per 128 prompts at
-    the paper's size)."""
+    of the loops; `LOOP_EVAL_BATCH` prompts at a time."""
 
     def one(p):
         return losses.position_errors_per_loop(model, jax.tree_util.tree_map(lambda a: a[None], p), max_loops)[0, :, -2]
 
-    return jnp.mean(jax.lax.map(one, test, batch_size=128), axis=0)
+    return jnp.mean(jax.lax.map(one, test, batch_size=LOOP_EVAL_BATCH), axis=0)
 
 
 def fig3(
@@ -655,9 +659,9 @@ def fig5_config(cfg: Config) -> Config:
 @eqx.filter_jit
 def _last_position_iterates(method, xs, ys, n_steps: int):
     """``method``'s (a `baselines` iteration's) predictions at the last position after 1…n_steps iterations, (prompts,
-    n_steps, m); 1,024 prompts at a time, since the method iterates on every prefix (at the paper's size 16,384
-    prompts at once held about 10 GB)."""
-    return jax.lax.map(lambda xy: method(*xy, n_steps)[:, -1], (xs, ys), batch_size=1024)
+    n_steps, m); `EVAL_BATCH` prompts at a time, since the method iterates on every prefix (at the paper's size
+    16,384 prompts at once held about 10 GB)."""
+    return jax.lax.map(lambda xy: method(*xy, n_steps)[:, -1], (xs, ys), batch_size=EVAL_BATCH)
 
 
 def fig5(cfg: Config, key, ckpt_dir: Path, progress: bool = False, budget: TimeBudget | None = None) -> xr.Dataset:
