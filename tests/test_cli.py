@@ -271,7 +271,7 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
     import jaxicl.experiments as E
 
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
-        delay = {"zhang2023": 1.0, "gatmiry2024": 0.0, "ahn2023": 0.0}[name]
+        delay = {"yang2024": 1.0, "gatmiry2024": 0.0, "ahn2023": 0.0}[name]
         if name == "ahn2023":
             return [sys.executable, "-c", "import sys; sys.exit(7)"]
         data = pickle.dumps([_fake_paper(name)])
@@ -282,16 +282,16 @@ def test_jobs_run_papers_in_processes_and_report_them_in_the_given_order(tmp_pat
         ]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    results = E.reproduce(["zhang2023", "gatmiry2024"], out=tmp_path, jobs=2, transformers=False)
-    assert [r.name for r in results] == ["zhang2023", "gatmiry2024"]
+    results = E.reproduce(["yang2024", "gatmiry2024"], out=tmp_path, jobs=2, transformers=False)
+    assert [r.name for r in results] == ["yang2024", "gatmiry2024"]
     report = (tmp_path / "report.md").read_text()
-    assert report.index("## zhang2023") < report.index("## gatmiry2024")
+    assert report.index("## yang2024") < report.index("## gatmiry2024")
     with pytest.raises(RuntimeError, match=r"the ahn2023/\w+ reproduction's process exited with status 7"):
-        E.reproduce(["gatmiry2024", "ahn2023", "zhang2023"], out=tmp_path / "crash", jobs=2, transformers=False)
+        E.reproduce(["gatmiry2024", "ahn2023", "yang2024"], out=tmp_path / "crash", jobs=2, transformers=False)
     # the papers that finished are kept apart: an incomplete run replaces no earlier result
     assert not (tmp_path / "crash" / "report.md").exists()
     report = (tmp_path / "crash" / "incomplete-run" / "report.md").read_text()
-    assert "## gatmiry2024" in report and "## zhang2023" in report and "## ahn2023" not in report
+    assert "## gatmiry2024" in report and "## yang2024" in report and "## ahn2023" not in report
 
 
 def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
@@ -308,8 +308,8 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         "ahn2023",
         "algoformer",
         "yang2024",
-        "gatmiry2024",
         "zhang2023",
+        "gatmiry2024",
         "unknown",
     ]
     started = []
@@ -320,12 +320,12 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         return [sys.executable, "-c", f"open({str(result_file)!r}, 'wb').write({data!r})"]
 
     monkeypatch.setattr(E, "_child_command", fake_child)
-    names = ["zhang2023", "gatmiry2024"]  # papers that run whole (Zhang et al.'s without Fig. 1; the others in parts)
+    names = ["gatmiry2024", "yang2024"]  # papers that run whole (Yang et al.'s without its transformers)
     results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
-    assert started == ["gatmiry2024", "zhang2023"]
+    assert started == ["yang2024", "gatmiry2024"]
     assert [r.name for r in results] == names
-    # at quick the parts of the AlgoFormer, of Ahn et al. and of Yang et al. are jobs of their own; Zhang et al. runs
-    # whole (its Fig. 1 trains from --trained)
+    # at quick the parts of the AlgoFormer, of Ahn et al., of Yang et al. and of Zhang et al. (its theory in two:
+    # Fig. 1 trains from --trained) are jobs of their own
     jobs = [E._job_name(*j) for j in E._jobs(E._modules(E.available()))]
     assert jobs_module.longest_first(jobs) == [
         "ahn2023/fig1_2",
@@ -335,9 +335,10 @@ def test_jobs_start_the_longest_papers_first(tmp_path, monkeypatch):
         "gatmiry2024",
         "algoformer/regression",
         "algoformer/cot",
-        "zhang2023",
         "algoformer/ar",
+        "zhang2023/prediction",
         "yang2024/theory",
+        "zhang2023/flows",
         "ahn2023/theory",
     ]
 
@@ -374,10 +375,10 @@ def test_jobs_are_ordered_by_the_last_measured_run_not_by_constants(tmp_path, mo
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     E._run_in_processes(
-        ["zhang2023", "gatmiry2024"], "quick", tmp_path / "out", False, None, False, jobs=2, record_times=True
+        ["yang2024", "gatmiry2024"], "quick", tmp_path / "out", False, None, False, jobs=2, record_times=True
     )
     times = jobs_module.job_seconds()
-    assert 0.3 <= times["zhang2023"] < 60 and 0.3 <= times["gatmiry2024"] < 60
+    assert 0.3 <= times["yang2024"] < 60 and 0.3 <= times["gatmiry2024"] < 60
     monkeypatch.setattr(jobs_module, "_local_file", lambda: None)  # no compilation cache
     jobs_module.record_seconds({"zhang2023": 1.0})
     assert jobs_module.job_seconds() == reference
@@ -454,9 +455,9 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     assert E.runs_in_processes(["parted"], jobs=2) and not E.runs_in_processes(["parted"], jobs=1)
-    names = ["zhang2023", "parted", "gatmiry2024"]  # Zhang et al.'s without Fig. 1: one process
+    names = ["gatmiry2024", "parted", "yang2024"]  # Yang et al.'s without its transformers: one process
     results = E._run_in_processes(names, "quick", tmp_path, False, None, False, jobs=1)
-    assert started == ["parted/long", "gatmiry2024", "zhang2023", "parted/short"]
+    assert started == ["parted/long", "yang2024", "gatmiry2024", "parted/short"]
     assert assembled == [["long", "short"]]
     assert [r.name for r in results] == names and [c.passed for c in results[1].checks] == [True, False]
     assert (
@@ -464,7 +465,7 @@ def test_jobs_run_the_parts_of_a_paper_in_processes_and_assemble_it_once_all_are
         "processes" in capsys.readouterr().out
     )
     report = (tmp_path / "report.md").read_text()
-    assert report.index("## zhang2023") < report.index("## parted") < report.index("## gatmiry2024")
+    assert report.index("## gatmiry2024") < report.index("## parted") < report.index("## yang2024")
 
 
 @pytest.mark.parametrize("paper", ["zhang2023", "ahn2023", "yang2024", "algoformer"])
@@ -474,7 +475,7 @@ def test_a_paper_in_parts_refuses_an_unknown_part_and_assembles_only_from_every_
     import jaxicl.experiments as E
 
     module = E._modules([paper])[paper]
-    assert len(E._parts(module, "trained")) > 1  # (at quick size Zhang et al. runs whole: its Fig. 1 is not trained)
+    assert len(E._parts(module, "trained")) > 1
     with pytest.raises(ValueError, match=rf"unknown part\(s\) \['nosuch'\] of {paper}"):
         module.run_parts(["nosuch"], "trained", tmp_path)
     first = E.PartResult(paper, E._parts(module, "trained")[0], {})
@@ -498,12 +499,12 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
     def fake_child(name, size, out, progress, end, transformers, result_file, threads=None, part=None, device=None):
         data = pickle.dumps([_fake_paper(name)])
         write = f"open({str(result_file)!r}, 'wb').write({data!r})"
-        if name == "zhang2023":  # hangs the first time only
+        if name == "gatmiry2024":  # hangs the first time only
             code = (
                 f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
                 f"    time.sleep(60)\n{write}"
             )
-        elif name == "yang2024":  # hangs every time
+        elif Path(out).name == "hang":  # the second run's: hangs every time
             code = "import time; time.sleep(60)"
         else:  # busy for longer than STALL_SECONDS: not a hang
             code = f"import time\nt = time.time()\nwhile time.time() < t + 4: pass\n{write}"
@@ -511,14 +512,14 @@ def test_jobs_restart_a_paper_whose_process_deadlocks(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(E, "_child_command", fake_child)
     t0 = time.monotonic()
-    # (Zhang et al.'s paper without Fig. 1 runs whole: one process)
-    results = E._run_in_processes(["zhang2023", "gatmiry2024"], "quick", tmp_path, False, None, False, jobs=2)
-    assert [r.name for r in results] == ["zhang2023", "gatmiry2024"] and marker.exists()
+    # (without their transformers both papers run whole: one process each)
+    results = E._run_in_processes(["gatmiry2024", "yang2024"], "quick", tmp_path, False, None, False, jobs=2)
+    assert [r.name for r in results] == ["gatmiry2024", "yang2024"] and marker.exists()
     assert time.monotonic() - t0 < 30  # the sleeping process was stopped, not waited for
     captured = capfd.readouterr()  # file descriptors: the child's faulthandler writes to them
-    assert "zhang2023: its process has used no CPU time" in captured.out
-    assert "zhang2023: starting it again" in captured.out
-    assert "gatmiry2024: its process" not in captured.out
+    assert "gatmiry2024: its process has used no CPU time" in captured.out
+    assert "gatmiry2024: starting it again" in captured.out
+    assert "yang2024: its process" not in captured.out
     assert "Fatal Python error: Aborted" in captured.err  # faulthandler's dump of the stopped process
     with pytest.raises(RuntimeError, match="the yang2024 reproduction's process stopped using CPU time twice"):
         # (without its transformers the paper runs whole: one process)

@@ -832,9 +832,11 @@ def test_zhang_fig1_pipeline_reference_curves(tmp_path):
     # each N trained apart (the parts of a --jobs run: Zhang's parts_of) and joined: the whole run's dataset
     with jax.enable_x64(False):
         apart = [Z.fig1(g, KEY, tmp_path / "apart", Ns=(N,)) for N in reversed(g.Ns)]
-    assert Z.parts_of(Z.Config(gpt2=g)) == ("theory", "fig1_N3", "fig1_N4") and Z.parts_of(Z.Config(gpt2=None)) == ()
-    assert Z.parts_of(Z.Config(gpt2=g, fig1=False)) == ()  # the quick size's: Fig. 1 left to --trained
-    assert Z.parts_of(Z.SIZES["quick"]) == () and Z.parts_of(Z.SIZES["trained"]) == ("theory", "fig1_N10", "fig1_N20")
+    theory = ("flows", "prediction")
+    assert Z.parts_of(Z.Config(gpt2=g)) == (*theory, "fig1_N3", "fig1_N4") and Z.parts_of(Z.Config(gpt2=None)) == theory
+    assert Z.parts_of(Z.Config(gpt2=g, fig1=False)) == theory  # the quick size's: Fig. 1 left to --trained
+    assert Z.parts_of(Z.SIZES["quick"]) == theory
+    assert Z.parts_of(Z.SIZES["trained"]) == (*theory, "fig1_N10", "fig1_N20")
     joined = Z.join_fig1(apart)
     xr.testing.assert_equal(joined.sel(N=list(g.Ns)), ds)  # the values; the attributes hold measured speeds
     assert joined.attrs.keys() == ds.attrs.keys() and joined.attrs["steps_trained"] == [4, 4]

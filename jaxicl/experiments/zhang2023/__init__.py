@@ -576,7 +576,14 @@ def _random_covariance(r: _Run) -> xr.Dataset:
     return ds_rand
 
 
-THEORY = "theory"  # the part of §3–5: the LSA's theory and simulations, float64
+FLOWS, PREDICTION = "flows", "prediction"
+# The LSA's theory and simulations (float64), in two parts of about equal time: §3's exact loss against Monte Carlo,
+# §5's invariant manifold and Thm 4.1's flows; Thm 4.2's prediction errors, §4.2's shifts and Thm 4.5. Whole, it was
+# the longest process of a warm GPU run (benchmarks/README.md).
+THEORY_PARTS = (FLOWS, PREDICTION)
+# the keys of the flows part (exact vs MC 2, manifold 2, random inits 1): the prediction part draws the keys after
+# them, as when both ran in one process
+FLOWS_KEYS = 5
 
 
 def _fig1_part(N: int) -> str:
@@ -585,10 +592,10 @@ def _fig1_part(N: int) -> str:
 
 def parts_of(cfg: Config) -> tuple[str, ...]:
     """The parts of the work at ``cfg`` that ``jaxicl reproduce --jobs`` runs in processes of their own (`run_parts`,
-    then `assemble`): the LSA's theory and simulations (§3–5), and Fig. 1's models of each training length N, one
-    ensemble each (Fig. 1 is most of the paper's work, its longest N most of Fig. 1's: benchmarks/README.md); none
-    without Fig. 1 (the paper then runs whole, in one process)."""
-    return () if not _trains_fig1(cfg) else (THEORY, *(_fig1_part(N) for N in cfg.gpt2.Ns))
+    then `assemble`): the LSA's theory and simulations (§3–5) in the two `THEORY_PARTS`, and Fig. 1's models of each
+    training length N, one ensemble each (Fig. 1 is most of the paper's work, its longest N most of Fig. 1's:
+    benchmarks/README.md)."""
+    return (*THEORY_PARTS, *(_fig1_part(N) for N in cfg.gpt2.Ns if _trains_fig1(cfg)))
 
 
 def _trains_fig1(cfg: Config) -> bool:
@@ -605,11 +612,11 @@ def run_parts(
     budget: TimeBudget | None = None,
     config: Config | None = None,
 ) -> list[PartResult]:
-    """Compute ``parts`` (of `parts_of` the settings) in turn: the theory part's checks, notes and datasets, and each
+    """Compute ``parts`` (of `parts_of` the settings) in turn: each theory part's checks, notes and datasets, and each
     Fig. 1 part's trained models' errors (`fig1` of its N, checkpointed under ``out/zhang2023/checkpoints/<size>``);
     `assemble` makes the paper of them. Under a ``budget`` every Fig. 1 model of these parts gets its share."""
     cfg = config or SIZES[size]
-    known = parts_of(cfg) or (THEORY,)
+    known = parts_of(cfg)
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise ValueError(f"unknown part(s) {unknown} of {NAME} at these settings; one of {list(known)}.")
@@ -618,8 +625,8 @@ def run_parts(
     results = []
     for part in parts:
         t0, lap = time.perf_counter(), lap_timer(progress)
-        if part == THEORY:
-            checks, notes, datasets = _theory(cfg, lap, progress)
+        if part in THEORY_PARTS:
+            checks, notes, datasets = _theory(part, cfg, lap, progress)
         else:
             with jax.enable_x64(False):
                 key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 7)
@@ -631,29 +638,32 @@ def run_parts(
     return results
 
 
-def _theory(cfg: Config, lap, progress: bool) -> tuple[list[Check], list[str], dict]:
-    """§3–5 in float64: the checks, notes and datasets of the exact loss, the invariant manifold, the flows (Thm 4.1),
-    Thm 4.2, the distribution shifts (§4.2) and Thm 4.5."""
+def _theory(part: str, cfg: Config, lap, progress: bool) -> tuple[list[Check], list[str], dict]:
+    """One of `THEORY_PARTS` in float64, its checks, notes and datasets: the exact loss, the invariant manifold and
+    the flows (Thm 4.1) of `FLOWS`; Thm 4.2, the distribution shifts (§4.2) and Thm 4.5 of `PREDICTION`."""
     with jax.enable_x64(True):
         checks, notes = [], []
         key = jax.random.PRNGKey(cfg.seed)
-        keys = (jax.random.fold_in(key, i) for i in range(10**6))
+        first = 0 if part == FLOWS else FLOWS_KEYS
+        keys = (jax.random.fold_in(key, i) for i in range(first, 10**6))
         Lam = example_covariance(cfg.d)
         task = tasks.LinearRegression(cfg.d, cfg.N, tasks.FixedCovariance(Lam))
 
         r = _Run(cfg, keys, lap, Lam, task, checks, notes)
-        _exact_loss_against_monte_carlo(r)
-        m_bal = _invariant_manifold(r)
-        ds_flow, sol = _flows(r, m_bal, progress)
+        if part == FLOWS:
+            _exact_loss_against_monte_carlo(r)
+            m_bal = _invariant_manifold(r)
+            ds_flow, sol = _flows(r, m_bal, progress)
+            notes.append(
+                f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {cfg.d}), training length N = {cfg.N}, "
+                f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = "
+                f"{cfg.t1:g}."
+            )
+            return checks, notes, {"flow": ds_flow}
         ds_thm42, w_fix, v_fix = _thm42(r)
         ds_shift = _shifts(r, w_fix, v_fix)
         ds_rand = _random_covariance(r)
-        notes.append(
-            f"Λ has eigenvalues {fmt(jnp.linalg.eigvalsh(Lam), 3)} (d = {cfg.d}), training length N = {cfg.N}, "
-            f"σ = {cfg.sigma}. Solver: Tsit5, rtol 1e-10, atol 1e-12; {int(sol.num_steps)} accepted steps to t = "
-            f"{cfg.t1:g}."
-        )
-    return checks, notes, {"flow": ds_flow, "thm42": ds_thm42, "shifts": ds_shift, "random_cov": ds_rand}
+    return checks, notes, {"thm42": ds_thm42, "shifts": ds_shift, "random_cov": ds_rand}
 
 
 def assemble(size: str, out: Path, parts: list[PartResult], config: Config | None = None) -> PaperResult:
@@ -663,12 +673,13 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
     cfg = config or SIZES[size]
     out = Path(out)
     by_part = {p.part: p for p in parts}
-    missing = [p for p in parts_of(cfg) or (THEORY,) if p not in by_part]
+    missing = [p for p in parts_of(cfg) if p not in by_part]
     if missing:
         raise ValueError(f"{NAME}: the results of part(s) {missing} are missing.")
-    theory = by_part[THEORY]
-    checks, notes, datasets, partial = list(theory.checks), list(theory.notes), dict(theory.datasets), {}
-    used = [theory]
+    used = [by_part[p] for p in THEORY_PARTS]
+    checks = [c for p in used for c in p.checks]
+    notes = [n for p in used for n in p.notes]
+    datasets, partial = {k: v for p in used for k, v in p.datasets.items()}, {}
     if cfg.gpt2 is not None and not cfg.fig1:
         checks.append(
             not_run(
@@ -677,8 +688,9 @@ def assemble(size: str, out: Path, parts: list[PartResult], config: Config | Non
         )
     if _trains_fig1(cfg):
         g = cfg.gpt2
-        used += [by_part[_fig1_part(N)] for N in g.Ns]
-        ds1 = datasets["fig1_gpt2"] = join_fig1([p.datasets["fig1_gpt2"] for p in used[1:]])
+        fig1_parts = [by_part[_fig1_part(N)] for N in g.Ns]
+        used += fig1_parts
+        ds1 = datasets["fig1_gpt2"] = join_fig1([p.datasets["fig1_gpt2"] for p in fig1_parts])
         with jax.enable_x64(True):
             lsa = fig1_lsa_limits(g)
         status = ds1.attrs["status"]
@@ -722,7 +734,7 @@ def run(
     ``transformers=False`` leaves out Fig. 1 (its GPT-2 training)."""
     cfg = config or SIZES[size]
     cfg = cfg if transformers else dataclasses.replace(cfg, gpt2=None)
-    return assemble(size, out, run_parts(parts_of(cfg) or (THEORY,), size, out, progress, budget, cfg), cfg)
+    return assemble(size, out, run_parts(parts_of(cfg), size, out, progress, budget, cfg), cfg)
 
 
 def _figures(out, ds_flow, ds_thm42, ds_shift, ds_rand):
