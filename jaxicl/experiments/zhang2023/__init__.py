@@ -595,7 +595,7 @@ def parts_of(cfg: Config) -> tuple[str, ...]:
     then `assemble`): the LSA's theory and simulations (§3–5) in the two `THEORY_PARTS`, and Fig. 1's models of each
     training length N, one ensemble each (Fig. 1 is most of the paper's work, its longest N most of Fig. 1's:
     benchmarks/README.md)."""
-    return (*THEORY_PARTS, *(_fig1_part(N) for N in cfg.gpt2.Ns if _trains_fig1(cfg)))
+    return (*THEORY_PARTS, *(_fig1_part(N) for N in cfg.gpt2.Ns)) if _trains_fig1(cfg) else THEORY_PARTS
 
 
 def _trains_fig1(cfg: Config) -> bool:
